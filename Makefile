@@ -1,0 +1,36 @@
+# Tether: `make run` shows the demo, `make test` runs every check. Both set up .venv first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test install lint bench clean help
+
+help:  ## list the targets
+	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install Tether with the test tools
+
+run: install  ## the demo: embedded NATS, SQLite, the bundled model script
+	$(BIN)/tether demo
+
+lint: install  ## ruff and mypy
+	$(BIN)/ruff check actors events projections adapters tests bench
+	$(BIN)/mypy
+
+test: lint  ## lint, type-check and run the whole suite
+	$(BIN)/pytest -q
+
+bench: install  ## the benchmarks (figures and ratios, no assertions)
+	$(BIN)/python -m bench
+
+clean:  ## remove the virtual environment
+	rm -rf $(VENV)

@@ -1,0 +1,220 @@
+"""The ports actors are handed: model provider, tool executor, bus, clock and ids.
+
+Actors depend on these protocols only; ``adapters`` supplies the concrete parts (NATS,
+the anthropic SDK, the file system). Model events are plain Structs so a provider can be
+swapped without touching the session logic.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import threading
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+import msgspec
+
+from events.messages import ContentBlock, Usage
+
+# --- model --------------------------------------------------------------------------------
+
+
+class ModelRequest(msgspec.Struct, kw_only=True):
+    """One call to the model: Anthropic Messages API shaped."""
+
+    model: str
+    system: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = []
+    max_tokens: int = 4096
+
+
+class TextDelta(msgspec.Struct, tag=True):
+    """A piece of streamed text in content block ``index``."""
+
+    index: int
+    text: str
+
+
+class ToolUseStart(msgspec.Struct, tag=True):
+    """A tool_use block opened at ``index``."""
+
+    index: int
+    id: str
+    name: str
+
+
+class ToolInputDelta(msgspec.Struct, tag=True):
+    """A piece of a tool call's streamed JSON arguments."""
+
+    index: int
+    partial_json: str
+
+
+class MessageDone(msgspec.Struct, tag=True):
+    """The model's message is complete (``message_stop`` was seen)."""
+
+    content: list[ContentBlock]
+    stop_reason: str
+    usage: Usage
+
+
+ModelEvent = TextDelta | ToolUseStart | ToolInputDelta | MessageDone
+
+
+class ProviderError(Exception):
+    """The model call failed; the message is shown to the user."""
+
+
+class Provider(Protocol):
+    """Streams one model response. Must end with MessageDone or raise ProviderError."""
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]: ...
+
+
+# --- tools --------------------------------------------------------------------------------
+
+
+class ToolOutput(msgspec.Struct):
+    """What a tool returned; ``is_error`` marks a failure the model should see."""
+
+    content: str
+    is_error: bool = False
+
+
+class ToolExecutor(Protocol):
+    """Runs built-in tools inside a workspace. Blocking: call it from a helper thread."""
+
+    def definitions(self) -> list[dict[str, Any]]:
+        """Tool schemas in the Messages API ``tools`` format."""
+        ...
+
+    def execute(self, name: str, tool_input: dict[str, Any], workspace: str) -> ToolOutput:
+        """Run one tool call; never raises for a tool's own failure."""
+        ...
+
+
+# --- bus ----------------------------------------------------------------------------------
+
+
+class BusError(Exception):
+    """The bus could not do what was asked (connect, request)."""
+
+
+class RequestTimeout(BusError):
+    """A request got no reply within its timeout."""
+
+
+class Inbound(msgspec.Struct):
+    """A raw message from the bus, as handed to a subscription callback."""
+
+    subject: str
+    data: bytes
+    reply: str = ""
+    headers: dict[str, str] | None = None
+
+
+class Subscription(Protocol):
+    """A live subscription; ``close`` stops delivery."""
+
+    def close(self) -> None: ...
+
+
+class Bus(Protocol):
+    """Thread-safe view of the process's one NATS connection.
+
+    Callbacks run on the bus's asyncio loop and must not block: hand work to an actor.
+    """
+
+    def publish(self, subject: str, data: bytes, headers: dict[str, str] | None = None) -> None:
+        """Publish without waiting (ordered per calling thread)."""
+        ...
+
+    def subscribe(
+        self, subject: str, callback: Callable[[Inbound], None], queue: str = ""
+    ) -> Subscription:
+        """Subscribe; blocks the caller (not the loop) until the server has the interest."""
+        ...
+
+    def request(
+        self,
+        subject: str,
+        data: bytes,
+        timeout: float,
+        on_reply: Callable[[bytes | None, str], None],
+    ) -> None:
+        """Send a request; ``on_reply(data, "")`` or ``on_reply(None, error)`` later."""
+        ...
+
+    def request_sync(self, subject: str, data: bytes, timeout: float) -> bytes:
+        """Blocking request for clients (never call it on the loop or inside an actor)."""
+        ...
+
+    def spawn(self, factory: Callable[[], Coroutine[Any, Any, None]]) -> Future[None]:
+        """Run a coroutine on the loop; cancelling the future cancels the task."""
+        ...
+
+    def call(self, factory: Callable[[], Awaitable[Any]], timeout: float = 10.0) -> Any:
+        """Run a coroutine on the loop and wait for its result (clients only)."""
+        ...
+
+
+# --- time and ids -------------------------------------------------------------------------
+
+
+class Clock(Protocol):
+    """Injected time source."""
+
+    def now(self) -> dt.datetime: ...
+
+
+class SystemClock:
+    """The real wall clock, in UTC."""
+
+    def now(self) -> dt.datetime:
+        return dt.datetime.now(dt.UTC)
+
+
+class ManualClock:
+    """A clock tests move by hand."""
+
+    def __init__(self, start: dt.datetime | None = None) -> None:
+        self._now = start or dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+        self._lock = threading.Lock()
+
+    def now(self) -> dt.datetime:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += dt.timedelta(seconds=seconds)
+
+
+class Ids(Protocol):
+    """Injected id source."""
+
+    def new(self) -> str: ...
+
+
+class RandomIds:
+    """Short random ids (hex of a UUID4)."""
+
+    def new(self) -> str:
+        return uuid.uuid4().hex[:16]
+
+
+class SequentialIds:
+    """Deterministic ids for tests and replays: ``<prefix>1``, ``<prefix>2``..."""
+
+    def __init__(self, prefix: str = "s") -> None:
+        self._counter = itertools.count(1)
+        self._prefix = prefix
+        self._lock = threading.Lock()
+
+    def new(self) -> str:
+        with self._lock:
+            return f"{self._prefix}{next(self._counter)}"

@@ -1,0 +1,284 @@
+"""The actor runtime: pykka actors bound to NATS subjects, speaking typed messages.
+
+* :class:`TetherActor` is the base of every actor. Bus messages reach it as
+  :class:`Envelope` (the decoded message plus its reply subject); replies to its own
+  requests and results of its helper work reach it as plain in-process messages.
+* :class:`ActorSystem` starts actors, binds them to subjects, decodes every payload
+  strictly (a payload that fails is dead-lettered with the reason and, when it has a reply
+  subject, answered with :class:`events.messages.ErrorReply`), and stops them all.
+* Supervision: a handler that raises does not kill the actor. The runtime records the
+  failure (``on_failure_recorded``), rebuilds the actor's state from its stored events
+  (``recover``) and carries on with the next message. pykka itself would stop the actor
+  and drop every message queued behind the failing one; restarting in place loses
+  nothing. An actor failing more than ``MAX_RESTARTS`` times in a minute is stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, TypeVar
+
+import msgspec
+import pykka
+
+from actors.ports import Bus, Inbound, RequestTimeout, Subscription
+from events.codec import DecodeFailure, Decoder, encode
+from events.messages import DeadLetter, ErrorReply
+from events.subjects import Subjects
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MAX_RESTARTS = 5
+"""Restarts allowed per actor within ``RESTART_WINDOW`` seconds before it is stopped."""
+RESTART_WINDOW = 60.0
+
+
+class AskTimeout(Exception):
+    """An ask over NATS got no reply in time."""
+
+
+class RemoteError(Exception):
+    """An ask was answered with an ErrorReply."""
+
+    def __init__(self, reply: ErrorReply) -> None:
+        super().__init__(f"{reply.error}: {reply.reason}")
+        self.reply = reply
+
+
+class Envelope(msgspec.Struct):
+    """A decoded bus message as delivered to an actor."""
+
+    message: Any
+    reply: str
+    subject: str
+
+
+class AskResult(msgspec.Struct):
+    """The outcome of :meth:`TetherActor.ask_async`: ``message`` or ``error``."""
+
+    tag: str
+    message: Any = None
+    error: str = ""
+
+
+class TetherActor(pykka.ThreadingActor):
+    """Base of every Tether actor: handlers, replies, async asks, in-place restarts."""
+
+    def __init__(self, system: ActorSystem) -> None:
+        super().__init__()
+        self.system = system
+        self.bus: Bus = system.bus
+        self.subjects: Subjects = system.subjects
+        self._failures: list[float] = []
+
+    # --- to be overridden ---------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Rebuild in-memory state from stored events (on start and after a failure)."""
+
+    def handle(self, message: Any, envelope: Envelope | None) -> None:
+        """Handle one message; ``envelope`` is None for in-process messages."""
+        raise NotImplementedError
+
+    def on_failure_recorded(self, error: str) -> None:
+        """Record a handler failure (actors with an aggregate store it as an event)."""
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    def on_start(self) -> None:
+        self.recover()
+
+    def on_receive(self, message: Any) -> Any:
+        try:
+            if isinstance(message, Envelope):
+                self.handle(message.message, message)
+            else:
+                self.handle(message, None)
+        except Exception as exc:
+            self._restart(exc)
+        return None
+
+    def _restart(self, exc: Exception) -> None:
+        error = f"{type(exc).__name__}: {exc}"
+        log.exception("%s failed; restarting from stored events", self.name)
+        now = time.monotonic()
+        self._failures = [t for t in self._failures if now - t < RESTART_WINDOW] + [now]
+        self.system.failures += 1
+        try:
+            self.on_failure_recorded(error)
+            self.recover()
+        except Exception:
+            log.exception("%s could not restart; stopping it", self.name)
+            self.stop()
+            return
+        if len(self._failures) > MAX_RESTARTS:
+            log.error("%s failed %d times in a minute; stopping it", self.name, MAX_RESTARTS)
+            self.stop()
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def reply(self, envelope: Envelope | None, message: Any) -> None:
+        """Answer a bus request (no-op when the message had no reply subject)."""
+        if envelope is not None and envelope.reply:
+            self.bus.publish(envelope.reply, encode(message))
+
+    def send(self, subject: str, message: Any) -> None:
+        """Publish a message (tell by address)."""
+        self.bus.publish(subject, encode(message))
+
+    def ask_async(
+        self, subject: str, message: Any, reply_type: Any, tag: str, timeout: float
+    ) -> None:
+        """Request over NATS; the answer comes back to this actor as an AskResult."""
+        decoder: Decoder[Any] = Decoder(reply_type | ErrorReply)
+        ref = self.actor_ref
+
+        def on_reply(data: bytes | None, error: str) -> None:
+            if data is None:
+                ref.tell(AskResult(tag, error=error))
+                return
+            try:
+                answer = decoder.decode(data)
+            except DecodeFailure as exc:
+                ref.tell(AskResult(tag, error=exc.reason))
+                return
+            if isinstance(answer, ErrorReply):
+                ref.tell(AskResult(tag, error=f"{answer.error}: {answer.reason}"))
+            else:
+                ref.tell(AskResult(tag, message=answer))
+
+        self.bus.request(subject, encode(message), timeout, on_reply)
+
+
+class Binding(msgspec.Struct):
+    """A subject an actor listens on and the message types accepted there."""
+
+    subject: str
+    accepts: Any
+    queue: str = ""
+
+
+class ActorHandle:
+    """A running actor with its subscriptions."""
+
+    def __init__(self, ref: pykka.ActorRef[Any], subscriptions: list[Subscription]) -> None:
+        self.ref = ref
+        self.subscriptions = subscriptions
+
+    def tell(self, message: Any) -> None:
+        """In-process tell (for the actor's own helpers and the runtime)."""
+        self.ref.tell(message)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        for sub in self.subscriptions:
+            sub.close()
+        if self.ref.is_alive():
+            try:
+                self.ref.stop(block=True, timeout=timeout)
+            except pykka.ActorDeadError:
+                pass
+            except pykka.Timeout:
+                log.warning("actor %s did not stop within %s s", self.ref, timeout)
+
+
+class ActorSystem:
+    """Starts actors, binds them to subjects, dead-letters bad input, stops them all."""
+
+    def __init__(self, bus: Bus, subjects: Subjects) -> None:
+        self.bus = bus
+        self.subjects = subjects
+        self.deadletters = 0
+        self.failures = 0
+        self._handles: list[ActorHandle] = []
+        self._lock = threading.Lock()
+
+    def start(
+        self, actor_class: type[TetherActor], bindings: list[Binding], **kwargs: Any
+    ) -> ActorHandle:
+        """Start an ``actor_class(self, **kwargs)`` (its ``recover`` runs first in its own
+        thread) and bind it to ``bindings``."""
+        ref = actor_class.start(self, **kwargs)
+        handle = ActorHandle(ref, [])
+        for binding in bindings:
+            handle.subscriptions.append(self.bind(ref, binding))
+        with self._lock:
+            self._handles.append(handle)
+        return handle
+
+    def bind(self, ref: pykka.ActorRef[Any], binding: Binding) -> Subscription:
+        """Route decoded messages on ``binding.subject`` to ``ref`` as Envelopes."""
+        decoder: Decoder[Any] = Decoder(binding.accepts)
+
+        def on_message(msg: Inbound) -> None:
+            try:
+                message = decoder.decode(msg.data)
+            except DecodeFailure as exc:
+                self.dead_letter(msg, exc.reason)
+                return
+            try:
+                ref.tell(Envelope(message, msg.reply, msg.subject))
+            except pykka.ActorDeadError:
+                self.dead_letter(msg, "the actor for this subject has stopped")
+
+        return self.bus.subscribe(binding.subject, on_message, queue=binding.queue)
+
+    def dead_letter(self, msg: Inbound, reason: str) -> None:
+        """Count, publish on ``<ns>.deadletter`` and answer with an ErrorReply if asked."""
+        self.deadletters += 1
+        log.warning("dead letter on %s: %s", msg.subject, reason)
+        excerpt = msg.data[:512].decode("utf-8", errors="replace")
+        self.bus.publish(
+            self.subjects.deadletter,
+            encode(DeadLetter(subject=msg.subject, reason=reason, payload=excerpt,
+                              size=len(msg.data))),
+        )
+        if msg.reply:
+            self.bus.publish(msg.reply, encode(ErrorReply(error="bad_request", reason=reason)))
+
+    def forget(self, handle: ActorHandle) -> None:
+        """Stop one actor and drop it from the system."""
+        handle.stop()
+        with self._lock:
+            if handle in self._handles:
+                self._handles.remove(handle)
+
+    def stop_all(self) -> None:
+        """Stop every actor this system started (newest first)."""
+        with self._lock:
+            handles = list(reversed(self._handles))
+            self._handles.clear()
+        for handle in handles:
+            handle.stop()
+
+    # --- client side --------------------------------------------------------------------
+
+    def ask(self, subject: str, message: Any, reply_type: type[T], timeout: float = 5.0) -> T:
+        """Blocking request by address; raises AskTimeout or RemoteError."""
+        return ask(self.bus, subject, message, reply_type, timeout)
+
+    def tell(self, subject: str, message: Any) -> None:
+        """Publish a message to an address."""
+        self.bus.publish(subject, encode(message))
+
+
+def ask(bus: Bus, subject: str, message: Any, reply_type: type[T], timeout: float = 5.0) -> T:
+    """Blocking request/reply with a typed answer (clients, tests, the command line).
+
+    Raises AskTimeout when nobody answers in time, RemoteError for an ErrorReply and
+    DecodeFailure when the answer is not a ``reply_type``.
+    """
+    try:
+        data = bus.request_sync(subject, encode(message), timeout)
+    except RequestTimeout as exc:
+        raise AskTimeout(str(exc)) from None
+    answer: Any = Decoder(reply_type | ErrorReply).decode(data)
+    if isinstance(answer, ErrorReply):
+        raise RemoteError(answer)
+    result: T = answer
+    return result

@@ -1,0 +1,464 @@
+"""The session actor: one agent conversation, driven by messages, never blocking.
+
+A turn: the user message is stored first; the model is called on the bus's I/O loop and
+each delta comes back to the actor as a :class:`ModelDelta` tagged with a generation (the
+aggregate's version when the call started), so deltas of an aborted call are dropped.
+Every delta is published on ``<ns>.session.<id>.stream``. When the model's message is
+complete the actor asks the session's TTSR monitor for a barrier (has every delta been
+checked, and is it clear?) before storing the message or running any tool. Tool calls go
+to the gatekeeper one by one; an allowed call runs on a helper thread after its action
+hash is checked again. The loop ends when the model asks for no tool or the round limit
+is reached. A message arriving mid-turn waits its turn; nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections import deque
+from concurrent.futures import Future
+from typing import Any
+
+import msgspec
+import pykka
+
+from actors.context import DEFAULT_SYSTEM_PROMPT, build_request
+from actors.gatekeeper_policy import action_hash
+from actors.ports import (
+    MessageDone,
+    ModelEvent,
+    ModelRequest,
+    Provider,
+    ProviderError,
+    TextDelta,
+    ToolExecutor,
+    ToolInputDelta,
+    ToolOutput,
+    ToolUseStart,
+)
+from actors.pricing import cost_usd
+from actors.runtime import ActorSystem, AskResult, Envelope, TetherActor
+from events.application import TetherApplication
+from events.messages import (
+    BarrierCheck,
+    BarrierResult,
+    Interrupt,
+    Killed,
+    KillSession,
+    StreamDelta,
+    ToolProposal,
+    ToolUseBlock,
+    Usage,
+    UserMessage,
+    Verdict,
+)
+from events.session import Session
+
+log = logging.getLogger(__name__)
+
+
+class SessionConfig(msgspec.Struct, kw_only=True):
+    """How a session talks to the model."""
+
+    model: str
+    round_limit: int = 25
+    max_tokens: int = 4096
+    ask_timeout: float = 5.0
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+
+
+class NewSession(msgspec.Struct, kw_only=True):
+    """What to record if the session does not exist yet."""
+
+    name: str
+    workspace: str
+    channel: str
+
+
+# --- in-process messages -------------------------------------------------------------------
+
+
+class ModelDelta(msgspec.Struct):
+    generation: int
+    event: ModelEvent
+
+
+class ModelFailed(msgspec.Struct):
+    generation: int
+    error: str
+
+
+class ToolFinished(msgspec.Struct):
+    generation: int
+    call_id: str
+    tool: str
+    output: ToolOutput
+
+
+async def pump_model(
+    provider: Provider, request: ModelRequest, generation: int, ref: pykka.ActorRef[Any]
+) -> None:
+    """Stream one model call into the actor as messages (runs on the bus loop)."""
+    done = False
+    try:
+        async for event in provider.stream(request):
+            ref.tell(ModelDelta(generation, event))
+            done = done or isinstance(event, MessageDone)
+        if not done:
+            ref.tell(ModelFailed(generation, "model stream ended before the message was complete"))
+    except ProviderError as exc:
+        ref.tell(ModelFailed(generation, str(exc)))
+    except pykka.ActorDeadError:
+        pass
+    except Exception as exc:  # a provider bug must fail the turn, not vanish
+        log.exception("model call failed")
+        with contextlib.suppress(pykka.ActorDeadError):
+            ref.tell(ModelFailed(generation, f"{type(exc).__name__}: {exc}"))
+
+
+class SessionActor(TetherActor):
+    """The agent loop of one session."""
+
+    def __init__(
+        self,
+        system: ActorSystem,
+        *,
+        session_id: str,
+        app: TetherApplication,
+        provider: Provider,
+        tools: ToolExecutor,
+        config: SessionConfig,
+        new: NewSession | None = None,
+    ) -> None:
+        super().__init__(system)
+        self.session_id = session_id
+        self.app = app
+        self.provider = provider
+        self.tools = tools
+        self.config = config
+        self.new = new
+        self.session: Session
+        self.phase = "idle"
+        self.generation = 0
+        self.seq = 0
+        self.partial = ""
+        self.done: MessageDone | None = None
+        self.task: Future[None] | None = None
+        self.queue: deque[UserMessage] = deque()
+        self.tool_queue: deque[ToolUseBlock] = deque()
+        self.rounds = 0
+        self.turn_usage = Usage()
+        self.stream_subject = self.subjects.stream(session_id)
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def recover(self) -> None:
+        self._cancel_stream()
+        session = self.app.session(self.session_id)
+        if session is None:
+            if self.new is None:
+                raise LookupError(f"session {self.session_id} does not exist")
+            session = Session(
+                session_id=self.session_id,
+                name=self.new.name,
+                workspace=self.new.workspace,
+                model=self.config.model,
+                channel=self.new.channel,
+            )
+            self.app.save(session)
+        self.session = session
+        self.phase = "idle"
+        self.tool_queue.clear()
+        if session.status == "running":
+            # The process stopped mid-turn: the turn is lost, say so and carry on.
+            self._record_failure("the turn was interrupted by a restart")
+
+    def on_stop(self) -> None:
+        self._cancel_stream()
+
+    def on_failure_recorded(self, error: str) -> None:
+        session = self.app.session(self.session_id)
+        if session is not None:
+            session.record_actor_failure(error=error)
+            self.app.save(session)
+
+    # --- dispatch -----------------------------------------------------------------------
+
+    def handle(self, message: Any, envelope: Envelope | None) -> None:
+        if isinstance(message, UserMessage):
+            self._on_user_message(message)
+        elif isinstance(message, ModelDelta):
+            self._on_model_delta(message)
+        elif isinstance(message, ModelFailed):
+            if message.generation == self.generation and self.phase == "streaming":
+                self._record_failure(message.error)
+        elif isinstance(message, Interrupt):
+            if message.generation == self.generation and self.phase in ("streaming", "barrier"):
+                self._interrupt(message.rules, message.reminder, message.source)
+        elif isinstance(message, AskResult):
+            self._on_ask_result(message)
+        elif isinstance(message, ToolFinished):
+            self._on_tool_finished(message)
+        elif isinstance(message, KillSession):
+            self._kill(message.reason)
+            self.reply(envelope, Killed(session_id=self.session_id, found=True))
+        else:
+            log.warning("session %s ignored %r", self.session_id, message)
+
+    # --- turn ---------------------------------------------------------------------------
+
+    def _on_user_message(self, message: UserMessage) -> None:
+        if self.phase != "idle":
+            self.queue.append(message)
+            return
+        self.session.receive_user_message(
+            text=message.text, channel=message.channel, user=message.user
+        )
+        if self.session.status != "running":
+            self.session.change_status(status="running", reason="user message")
+        self.app.save(self.session)
+        self.rounds = 0
+        self.turn_usage = Usage()
+        self._call_model()
+
+    def _call_model(self) -> None:
+        self.generation = self.session.version
+        self.seq = 0
+        self.partial = ""
+        self.done = None
+        self.phase = "streaming"
+        self._publish("turn_start")
+        request = build_request(
+            self.session.history,
+            model=self.config.model,
+            tools=self.tools.definitions(),
+            max_tokens=self.config.max_tokens,
+            system=self.config.system_prompt,
+        )
+        generation, ref, provider = self.generation, self.actor_ref, self.provider
+        self.task = self.bus.spawn(lambda: pump_model(provider, request, generation, ref))
+
+    def _publish(self, kind: Any, text: str = "", block: int = 0) -> None:
+        self.seq += 1
+        channel = self.session.channel if kind == "turn_start" else ""
+        self.send(
+            self.stream_subject,
+            StreamDelta(
+                session_id=self.session_id,
+                generation=self.generation,
+                seq=self.seq,
+                kind=kind,
+                text=text,
+                block=block,
+                channel=channel,
+            ),
+        )
+
+    def _on_model_delta(self, message: ModelDelta) -> None:
+        if message.generation != self.generation or self.phase != "streaming":
+            return  # a delta of an aborted call
+        event = message.event
+        if isinstance(event, TextDelta):
+            self.partial += event.text
+            self._publish("text", event.text, event.index)
+        elif isinstance(event, ToolUseStart):
+            self._publish("tool_start", event.name, event.index)
+        elif isinstance(event, ToolInputDelta):
+            self._publish("tool_input", event.partial_json, event.index)
+        elif isinstance(event, MessageDone):
+            self.done = event
+            self.task = None
+            self._publish("end")
+            self.phase = "barrier"
+            self.ask_async(
+                self.subjects.ttsr(self.session_id),
+                BarrierCheck(session_id=self.session_id, generation=self.generation, seq=self.seq),
+                BarrierResult,
+                tag=f"barrier:{self.generation}",
+                timeout=self.config.ask_timeout,
+            )
+
+    def _on_ask_result(self, result: AskResult) -> None:
+        kind, _, key = result.tag.partition(":")
+        if kind == "barrier":
+            if self.phase != "barrier" or key != str(self.generation):
+                return
+            answer = result.message
+            if result.error:
+                log.warning("TTSR barrier for %s failed (%s); continuing", self.session_id,
+                            result.error)
+            elif isinstance(answer, BarrierResult) and not answer.clear:
+                self._interrupt(answer.rules, answer.reminder, "text")
+                return
+            self._commit_message()
+        elif kind == "verdict":
+            self._on_verdict(key, result)
+
+    def _interrupt(self, rules: list[str], reminder: str, source: str) -> None:
+        self._cancel_stream()
+        self.session.record_ttsr_interruption(
+            rules=rules,
+            reminder=reminder,
+            generation=self.generation,
+            partial_text=self.partial,
+            source=source,
+        )
+        self.app.save(self.session)
+        self._call_model()
+
+    def _commit_message(self) -> None:
+        done = self.done
+        assert done is not None
+        self.session.append_assistant_message(
+            content=done.content,
+            stop_reason=done.stop_reason,
+            usage=done.usage,
+            generation=self.generation,
+        )
+        self.app.save(self.session)
+        self.turn_usage = Usage(
+            self.turn_usage.input_tokens + done.usage.input_tokens,
+            self.turn_usage.output_tokens + done.usage.output_tokens,
+        )
+        self.rounds += 1
+        self.tool_queue = deque(b for b in done.content if isinstance(b, ToolUseBlock))
+        self.phase = "tools"
+        self._next_tool()
+
+    # --- tools --------------------------------------------------------------------------
+
+    def _next_tool(self) -> None:
+        if not self.tool_queue:
+            if not self.session.pending_tool_calls() and self._last_stop() != "tool_use":
+                self._complete_turn("end_turn")
+            elif self.rounds >= self.config.round_limit:
+                self._complete_turn("round_limit")
+            else:
+                self._call_model()
+            return
+        call = self.tool_queue[0]
+        digest = action_hash(call.name, call.input)
+        self.session.propose_tool_call(
+            call_id=call.id, tool=call.name, tool_input=call.input, action_hash=digest
+        )
+        self.app.save(self.session)
+        self.ask_async(
+            self.subjects.gatekeeper,
+            ToolProposal(
+                session_id=self.session_id,
+                call_id=call.id,
+                tool=call.name,
+                input=call.input,
+                workspace=self.session.workspace,
+                action_hash=digest,
+            ),
+            Verdict,
+            tag=f"verdict:{call.id}",
+            timeout=self.config.ask_timeout,
+        )
+
+    def _last_stop(self) -> str:
+        return self.done.stop_reason if self.done else ""
+
+    def _on_verdict(self, call_id: str, result: AskResult) -> None:
+        if self.phase != "tools" or not self.tool_queue or self.tool_queue[0].id != call_id:
+            return
+        call = self.tool_queue[0]
+        verdict = result.message
+        if not isinstance(verdict, Verdict):
+            verdict = Verdict(
+                call_id=call_id,
+                decision="deny",
+                reason=f"the gatekeeper did not answer ({result.error})",
+                action_hash="",
+                tier="unavailable",
+            )
+        self.session.decide_tool_call(
+            call_id=call_id, decision=verdict.decision, reason=verdict.reason, tier=verdict.tier
+        )
+        if verdict.decision != "allow":
+            self._refuse(call, verdict.reason)
+            return
+        # Right before execution: the call must still be the one the gatekeeper judged.
+        if action_hash(call.name, call.input) != verdict.action_hash:
+            self._refuse(call, "action hash mismatch: the call changed after it was judged")
+            return
+        self.app.save(self.session)
+        self.phase = "executing"
+        ref, tools, workspace, generation = (
+            self.actor_ref, self.tools, self.session.workspace, self.generation
+        )
+
+        def run() -> None:
+            try:
+                output = tools.execute(call.name, call.input, workspace)
+            except Exception as exc:  # executors should not raise; never lose the turn
+                output = ToolOutput(f"tool failed: {type(exc).__name__}: {exc}", True)
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.tell(ToolFinished(generation, call.id, call.name, output))
+
+        threading.Thread(target=run, name=f"tool-{call.id}", daemon=True).start()
+
+    def _refuse(self, call: ToolUseBlock, reason: str) -> None:
+        self.session.refuse_tool_call(call_id=call.id, reason=reason)
+        self.app.save(self.session)
+        self.tool_queue.popleft()
+        self._next_tool()
+
+    def _on_tool_finished(self, message: ToolFinished) -> None:
+        if self.phase != "executing" or not self.tool_queue:
+            return
+        if self.tool_queue[0].id != message.call_id:
+            return
+        self.session.record_tool_result(
+            call_id=message.call_id,
+            tool=message.tool,
+            output=message.output.content,
+            is_error=message.output.is_error,
+        )
+        self.app.save(self.session)
+        self.tool_queue.popleft()
+        self.phase = "tools"
+        self._next_tool()
+
+    # --- endings ------------------------------------------------------------------------
+
+    def _complete_turn(self, stop: str) -> None:
+        self.session.complete_turn(
+            rounds=self.rounds,
+            usage=self.turn_usage,
+            cost_usd=cost_usd(self.config.model, self.turn_usage),
+            stop=stop,
+        )
+        self.session.change_status(status="waiting", reason="waiting for input")
+        self.app.save(self.session)
+        self._idle()
+
+    def _record_failure(self, error: str) -> None:
+        self._cancel_stream()
+        self.session.fail_turn(error=error)
+        self.session.change_status(status="waiting", reason=f"turn failed: {error}")
+        self.app.save(self.session)
+        self._idle()
+
+    def _idle(self) -> None:
+        self.phase = "idle"
+        self.tool_queue.clear()
+        if self.queue:
+            self._on_user_message(self.queue.popleft())
+
+    def _kill(self, reason: str) -> None:
+        self._cancel_stream()
+        self.queue.clear()
+        self.tool_queue.clear()
+        if self.session.status != "killed":
+            self.session.change_status(status="killed", reason=reason)
+            self.app.save(self.session)
+        self.phase = "idle"
+        self.generation = -1
+
+    def _cancel_stream(self) -> None:
+        task, self.task = getattr(self, "task", None), None
+        if task is not None:
+            task.cancel()

@@ -1,0 +1,243 @@
+"""The model provider backed by the ``anthropic`` SDK (Messages API, streaming).
+
+:class:`AnthropicProvider` implements :class:`actors.ports.Provider`: ``stream(request)``
+yields ``TextDelta`` / ``ToolUseStart`` / ``ToolInputDelta`` as the server sends them and
+ends with one ``MessageDone`` holding the whole message, or raises ``ProviderError``.
+
+Contract details the SDK does not give for free:
+
+- a stream that ends without ``message_stop`` raises ``ProviderError`` (the SDK accepts a
+  cut-short body silently);
+- every failure (connection refused, timeout, HTTP 4xx/5xx, a broken or malformed stream)
+  becomes ``ProviderError`` with a message fit for the user; API keys never appear in it;
+- the request runs inside ``async with client.messages.stream(...)``, so cancelling the
+  consuming task (or closing the generator) closes the HTTP connection at once;
+- ``import anthropic`` takes seconds, so it happens on first use, not at import time;
+- the ``AsyncAnthropic`` client is created lazily, once per running event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from actors.ports import (
+    MessageDone,
+    ModelEvent,
+    ModelRequest,
+    ProviderError,
+    TextDelta,
+    ToolInputDelta,
+    ToolUseStart,
+)
+from events.messages import ContentBlock, TextBlock, ToolUseBlock, Usage
+
+__all__ = ["LOCAL_API_KEY", "AnthropicProvider"]
+
+LOCAL_API_KEY = "local"
+"""Placeholder key used against a local server (the SDK refuses to run without one)."""
+
+
+class _Block:
+    """A content block being assembled from stream events."""
+
+    def __init__(self, kind: str, tool_id: str = "", name: str = "") -> None:
+        self.kind = kind
+        self.tool_id = tool_id
+        self.name = name
+        self.parts: list[str] = []
+
+
+class AnthropicProvider:
+    """Streams model responses through ``anthropic.AsyncAnthropic``.
+
+    ``api_key`` None with ``base_url`` set uses the placeholder ``"local"`` (a local
+    Anthropic-compatible server); both None lets the SDK read ``ANTHROPIC_API_KEY`` and
+    ``ANTHROPIC_BASE_URL``. ``max_retries`` is passed to the SDK (it retries connection
+    errors, 408/409/429 and 5xx with backoff before the first event arrives; it obeys an
+    ``x-should-retry`` response header).
+
+    The SDK client keeps a connection pool tied to its event loop: call :meth:`aclose` on
+    that loop before it ends (a provider moved to a new loop makes a new client and drops
+    the old one, whose pooled connections are then only closed by the garbage collector).
+    """
+
+    def __init__(
+        self,
+        api_key: str | None,
+        base_url: str | None,
+        timeout: float = 600.0,
+        *,
+        max_retries: int = 2,
+    ) -> None:
+        if api_key is None and base_url is not None:
+            api_key = LOCAL_API_KEY
+        self._api_key = api_key
+        self._base_url = base_url
+        self._timeout = timeout
+        self._max_retries = max_retries
+        self._client: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:  # never show the key
+        return f"AnthropicProvider(base_url={self._base_url!r}, timeout={self._timeout})"
+
+    def _client_for_loop(self) -> Any:
+        """The SDK client for the running loop, created on first use in that loop."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            import anthropic
+
+            try:
+                self._client = anthropic.AsyncAnthropic(
+                    api_key=self._api_key,
+                    base_url=self._base_url,
+                    timeout=self._timeout,
+                    max_retries=self._max_retries,
+                )
+            except Exception as exc:
+                raise ProviderError(f"cannot set up the Anthropic client: {exc}") from exc
+            self._loop = loop
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the SDK client (its connection pool) if it belongs to the running loop."""
+        client, loop = self._client, self._loop
+        self._client, self._loop = None, None
+        if client is not None and loop is asyncio.get_running_loop():
+            await client.close()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        """Stream one response: deltas as they arrive, then ``MessageDone``.
+
+        Raises ``ProviderError`` on any failure, including a stream that stops before
+        ``message_stop``. Cancelling the consumer closes the connection.
+        """
+        import anthropic
+
+        client = self._client_for_loop()
+        params: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": request.max_tokens,
+            "messages": request.messages,
+        }
+        if request.system:
+            params["system"] = request.system
+        if request.tools:
+            params["tools"] = request.tools
+
+        blocks: dict[int, _Block] = {}
+        stop_reason = ""
+        usage = Usage()
+        saw_start = False
+        saw_stop = False
+        events = 0
+        try:
+            async with client.messages.stream(**params) as stream:
+                async for event in stream:
+                    kind = event.type
+                    if kind == "message_start":
+                        saw_start = True
+                        usage = _usage(event.message.usage, usage)
+                    elif kind == "content_block_start":
+                        block = event.content_block
+                        if block.type == "tool_use":
+                            blocks[event.index] = _Block("tool_use", block.id, block.name)
+                            yield ToolUseStart(index=event.index, id=block.id, name=block.name)
+                        elif block.type == "text":
+                            blocks[event.index] = _Block("text")
+                            if block.text:
+                                blocks[event.index].parts.append(block.text)
+                                yield TextDelta(index=event.index, text=block.text)
+                        # other block kinds (thinking, server tools) are not forwarded
+                    elif kind == "content_block_delta":
+                        delta = event.delta
+                        target = blocks.get(event.index)
+                        if delta.type == "text_delta" and target is not None:
+                            target.parts.append(delta.text)
+                            yield TextDelta(index=event.index, text=delta.text)
+                        elif delta.type == "input_json_delta" and target is not None:
+                            target.parts.append(delta.partial_json)
+                            yield ToolInputDelta(index=event.index, partial_json=delta.partial_json)
+                    elif kind == "message_delta":
+                        stop_reason = event.delta.stop_reason or stop_reason
+                        usage = _usage(event.usage, usage)
+                    elif kind == "message_stop":
+                        saw_stop = True
+                    elif kind == "content_block_stop":
+                        pass
+                    else:
+                        continue  # the SDK's derived events (text, input_json...)
+                    events += 1
+        except ProviderError:
+            raise
+        except anthropic.APIStatusError as exc:
+            raise ProviderError(_status_message(exc)) from exc
+        except anthropic.APITimeoutError as exc:
+            raise ProviderError(f"model API timed out ({self._where()})") from exc
+        except anthropic.APIConnectionError as exc:
+            cause = exc.__cause__ or exc
+            raise ProviderError(f"cannot reach the model API ({self._where()}): {cause}") from exc
+        except Exception as exc:
+            raise ProviderError(
+                f"model stream failed ({self._where()}): {type(exc).__name__}: {exc}"
+            ) from exc
+
+        if not saw_stop:
+            raise ProviderError(
+                "model stream ended before message_stop "
+                f"(after {events} events{'' if saw_start else ', no message_start'}): "
+                "the connection was cut short; the response is incomplete"
+            )
+        content: list[ContentBlock] = []
+        for index in sorted(blocks):
+            block_state = blocks[index]
+            if block_state.kind == "text":
+                content.append(TextBlock(text="".join(block_state.parts)))
+                continue
+            raw = "".join(block_state.parts)
+            try:
+                tool_input = json.loads(raw) if raw.strip() else {}
+            except ValueError as exc:
+                raise ProviderError(
+                    f"model sent invalid JSON for tool {block_state.name!r}: {exc}"
+                ) from exc
+            if not isinstance(tool_input, dict):
+                raise ProviderError(f"model sent a non-object input for tool {block_state.name!r}")
+            content.append(
+                ToolUseBlock(id=block_state.tool_id, name=block_state.name, input=tool_input)
+            )
+        yield MessageDone(content=content, stop_reason=stop_reason or "end_turn", usage=usage)
+
+    def _where(self) -> str:
+        return self._base_url or "the default Anthropic endpoint"
+
+
+def _usage(sdk_usage: Any, current: Usage) -> Usage:
+    """Merge an SDK usage object into ``current`` (message_delta counts are cumulative)."""
+    if sdk_usage is None:
+        return current
+    input_tokens = getattr(sdk_usage, "input_tokens", None)
+    output_tokens = getattr(sdk_usage, "output_tokens", None)
+    return Usage(
+        input_tokens=current.input_tokens if input_tokens is None else int(input_tokens),
+        output_tokens=current.output_tokens if output_tokens is None else int(output_tokens),
+    )
+
+
+def _status_message(exc: Any) -> str:
+    """``model API error 529 (overloaded_error): Overloaded`` from an APIStatusError."""
+    status = getattr(exc, "status_code", "?")
+    body = getattr(exc, "body", None)
+    kind, message = "", ""
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict):
+            kind = str(error.get("type", ""))
+            message = str(error.get("message", ""))
+    if not message:
+        message = str(getattr(exc, "message", "")) or str(exc)
+    label = f" ({kind})" if kind else ""
+    return f"model API error {status}{label}: {message}"

@@ -1,0 +1,438 @@
+"""Tether's settings: one typed object, loaded from ``tether.toml`` and the environment.
+
+Public API:
+
+* :class:`Settings`: every setting, with its default (a msgspec Struct).
+* :func:`load_settings`: ``tether.toml`` then environment overrides -> :class:`Settings`.
+* :func:`load_settings_with_sources`: the same, returned as :class:`LoadedSettings`
+  (``.settings`` plus ``.sources``, a mapping of field name -> where its value came from:
+  ``"default"``, the config file's label such as ``"tether.toml"``, or ``"env TETHER_X"``).
+* :func:`describe` / :func:`render_settings`: the effective settings for ``tether config``,
+  secrets masked.
+* :func:`postgres_env`: a ``postgresql://`` URL -> eventsourcing's ``POSTGRES_*`` settings.
+* :func:`sqlite_path`: the file named by a ``sqlite:`` URL.
+
+Every problem a user can cause is a :class:`ConfigError` whose message names the key and where
+the bad value came from (``tether.toml: round_limit: ...`` or ``TETHER_ROUND_LIMIT: ...``); the
+command line prints ``str(error)``, never a traceback.
+
+Loading resolves the derived defaults, so a loaded :class:`Settings` always has absolute
+``state_dir``, ``workspace`` and ``rules_dir``. Relative paths in ``tether.toml`` are relative to
+the file's directory; relative paths in the environment are relative to ``cwd``. An environment
+variable set to the empty string counts as unset.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Final
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import msgspec
+
+__all__ = [
+    "ENV_VARS",
+    "ConfigError",
+    "LoadedSettings",
+    "Settings",
+    "default_state_dir",
+    "describe",
+    "load_settings",
+    "load_settings_with_sources",
+    "mask_secret",
+    "mask_url",
+    "postgres_env",
+    "render_settings",
+    "sqlite_path",
+]
+
+
+class ConfigError(Exception):
+    """A setting is missing, malformed or out of range; the message is meant for the user."""
+
+
+def default_state_dir(env: Mapping[str, str] | None = None) -> str:
+    """Return ``$XDG_STATE_HOME/tether``, or ``~/.local/state/tether`` when it is unset."""
+    environ = os.environ if env is None else env
+    base = environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "tether")
+
+
+def _default_state_dir_factory() -> str:
+    return default_state_dir()
+
+
+Namespace = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="subject prefix: letters, digits, _ and - only",
+    ),
+]
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Every Tether setting with its default; build it with :func:`load_settings`.
+
+    Empty strings mean "derive it": ``nats_url`` empty starts an embedded server,
+    ``database_url`` empty uses SQLite under ``state_dir``, ``workspace`` empty is the current
+    directory at load time, ``rules_dir`` empty is ``<workspace>/.tether/rules``.
+    ``deny_commands`` None means the gatekeeper's own defaults.
+    """
+
+    nats_url: str = ""
+    database_url: str = ""
+    state_dir: str = msgspec.field(default_factory=_default_state_dir_factory)
+    namespace: Namespace = "tether"
+    model: str = "claude-sonnet-4-6"
+    anthropic_api_key: str = ""
+    anthropic_base_url: str = ""
+    workspace: str = ""
+    rules_dir: str = ""
+    round_limit: PositiveInt = 25
+    max_tokens: PositiveInt = 4096
+    ask_timeout: PositiveFloat = 5.0
+    deny_tools: list[str] = msgspec.field(default_factory=list)
+    deny_commands: list[str] | None = None
+    shell_timeout: PositiveFloat = 30.0
+    nats_server: str = ""
+
+
+#: Environment variable -> setting it overrides. Lists (``TETHER_DENY_TOOLS``) are
+#: comma-separated.
+ENV_VARS: Final[dict[str, str]] = {
+    "TETHER_NATS_URL": "nats_url",
+    "TETHER_DATABASE_URL": "database_url",
+    "TETHER_STATE_DIR": "state_dir",
+    "TETHER_NAMESPACE": "namespace",
+    "TETHER_MODEL": "model",
+    "TETHER_WORKSPACE": "workspace",
+    "TETHER_RULES_DIR": "rules_dir",
+    "TETHER_ROUND_LIMIT": "round_limit",
+    "TETHER_MAX_TOKENS": "max_tokens",
+    "TETHER_ASK_TIMEOUT": "ask_timeout",
+    "TETHER_SHELL_TIMEOUT": "shell_timeout",
+    "TETHER_DENY_TOOLS": "deny_tools",
+    "TETHER_NATS_SERVER": "nats_server",
+    "ANTHROPIC_API_KEY": "anthropic_api_key",
+    "ANTHROPIC_BASE_URL": "anthropic_base_url",
+}
+
+_FIELDS: Final[dict[str, msgspec.structs.FieldInfo]] = {
+    f.name: f for f in msgspec.structs.fields(Settings)
+}
+_PATH_FIELDS: Final = ("state_dir", "workspace", "rules_dir", "nats_server")
+_SECRET_FIELDS: Final = frozenset({"anthropic_api_key"})
+_URL_FIELDS: Final = frozenset({"database_url", "nats_url", "anthropic_base_url"})
+_NATS_SCHEMES: Final = frozenset({"nats", "tls", "ws", "wss"})
+# URL query parameters of database_url -> eventsourcing's POSTGRES_* keys.
+_PG_QUERY_KEYS: Final[dict[str, str]] = {
+    "schema": "POSTGRES_SCHEMA",
+    "connect_timeout": "POSTGRES_CONNECT_TIMEOUT",
+    "pool_size": "POSTGRES_POOL_SIZE",
+    "max_overflow": "POSTGRES_MAX_OVERFLOW",
+    "max_waiting": "POSTGRES_MAX_WAITING",
+    "conn_max_age": "POSTGRES_CONN_MAX_AGE",
+    "pre_ping": "POSTGRES_PRE_PING",
+    "lock_timeout": "POSTGRES_LOCK_TIMEOUT",
+    "idle_in_transaction_session_timeout": "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT",
+}
+
+
+@dataclass(frozen=True)
+class LoadedSettings:
+    """Loaded settings plus, for every field, where its value came from."""
+
+    settings: Settings
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+
+def load_settings(
+    env: Mapping[str, str] | None = None,
+    config_path: str | None = None,
+    cwd: str | None = None,
+) -> Settings:
+    """Load settings from ``tether.toml`` and the environment (``os.environ`` when None).
+
+    The file is ``config_path``, else ``$TETHER_CONFIG``, else ``<cwd>/tether.toml`` if it
+    exists; environment variables (see :data:`ENV_VARS`) override it. Raises
+    :class:`ConfigError` naming the key and its source on any bad value.
+    """
+    return load_settings_with_sources(env, config_path, cwd).settings
+
+
+def load_settings_with_sources(
+    env: Mapping[str, str] | None = None,
+    config_path: str | None = None,
+    cwd: str | None = None,
+) -> LoadedSettings:
+    """Like :func:`load_settings`, and also report each field's source (see module doc)."""
+    environ: Mapping[str, str] = os.environ if env is None else env
+    base_dir = os.path.abspath(cwd if cwd is not None else os.getcwd())
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {name: "default" for name in _FIELDS}
+
+    path, label = _find_config_file(environ, config_path, base_dir)
+    if path is not None:
+        file_dir = os.path.dirname(os.path.abspath(path))
+        for key, value in _read_toml(path, label).items():
+            converted = _convert(key, value, f"{label}: {key}", strict=True)
+            values[key] = _absolute(key, converted, file_dir)
+            sources[key] = label
+
+    for var, key in ENV_VARS.items():
+        raw = environ.get(var)
+        if not raw:
+            continue
+        value_in: Any = raw
+        if key == "deny_tools":
+            value_in = [part.strip() for part in raw.split(",") if part.strip()]
+        converted = _convert(key, value_in, var, strict=False)
+        values[key] = _absolute(key, converted, base_dir)
+        sources[key] = f"env {var}"
+
+    _check_urls(values, sources)
+
+    if not values.get("state_dir"):
+        values["state_dir"] = default_state_dir(environ)
+    if not values.get("workspace"):
+        values["workspace"] = base_dir
+    if not values.get("rules_dir"):
+        values["rules_dir"] = os.path.join(values["workspace"], ".tether", "rules")
+    for key in ("state_dir", "workspace", "rules_dir"):
+        values[key] = os.path.abspath(os.path.expanduser(values[key]))
+    return LoadedSettings(Settings(**values), sources)
+
+
+def _find_config_file(
+    environ: Mapping[str, str], config_path: str | None, base_dir: str
+) -> tuple[str | None, str]:
+    if config_path:
+        explicit, label = config_path, config_path
+    elif environ.get("TETHER_CONFIG"):
+        explicit = environ["TETHER_CONFIG"]
+        label = explicit
+    else:
+        implicit = os.path.join(base_dir, "tether.toml")
+        return (implicit if os.path.isfile(implicit) else None), "tether.toml"
+    resolved = os.path.join(base_dir, os.path.expanduser(explicit))
+    if not os.path.isfile(resolved):
+        how = "" if config_path else " (from TETHER_CONFIG)"
+        raise ConfigError(f"{label}: config file not found{how}")
+    return resolved, label
+
+
+def _read_toml(path: str, label: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from None
+    try:
+        raw = msgspec.toml.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{label}: not valid TOML: {exc}") from None
+    if not isinstance(raw, dict):  # pragma: no cover - TOML documents are always tables
+        raise ConfigError(f"{label}: expected a table of settings")
+    for key in raw:
+        if key not in _FIELDS:
+            close = difflib.get_close_matches(key, list(_FIELDS), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            known = ", ".join(_FIELDS)
+            raise ConfigError(f"{label}: unknown key {key!r}{hint}; known keys: {known}")
+    return raw
+
+
+def _convert(key: str, value: Any, where: str, *, strict: bool) -> Any:
+    """Convert one value to ``key``'s type; ``where`` prefixes the error message."""
+    info = _FIELDS[key]
+    try:
+        return msgspec.convert(value, type=info.type, strict=strict)
+    except msgspec.ValidationError as exc:
+        message = str(exc).replace("`", "")
+        if key not in _SECRET_FIELDS and isinstance(value, str | int | float | bool):
+            message = re.sub(r", got \w+$", "", message) + f", got {value!r}"
+        raise ConfigError(f"{where}: {message}") from None
+
+
+def _absolute(key: str, value: Any, base_dir: str) -> Any:
+    if key in _PATH_FIELDS and isinstance(value, str) and value:
+        expanded = os.path.expanduser(value)
+        if key == "nats_server" and os.sep not in expanded:
+            return expanded  # a bare command name: looked up on PATH later
+        return os.path.abspath(os.path.join(base_dir, expanded))
+    return value
+
+
+def _where(key: str, sources: Mapping[str, str]) -> str:
+    source = sources.get(key, "default")
+    if source.startswith("env "):
+        return source[4:]
+    return f"{source}: {key}"
+
+
+def _check_urls(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    database_url = values.get("database_url", "")
+    if database_url:
+        try:
+            _check_database_url(database_url)
+        except ConfigError as exc:
+            raise ConfigError(f"{_where('database_url', sources)}: {exc}") from None
+    nats_url = values.get("nats_url", "")
+    if nats_url:
+        for server in nats_url.split(","):
+            scheme = urlsplit(server.strip()).scheme
+            if scheme not in _NATS_SCHEMES or not urlsplit(server.strip()).hostname:
+                raise ConfigError(
+                    f"{_where('nats_url', sources)}: expected nats://host:port (or tls://, "
+                    f"ws://, wss://; several separated by commas), got {mask_url(server)!r}"
+                )
+    base_url = values.get("anthropic_base_url", "")
+    if base_url and urlsplit(base_url).scheme not in ("http", "https"):
+        raise ConfigError(
+            f"{_where('anthropic_base_url', sources)}: expected an http:// or https:// URL, "
+            f"got {mask_url(base_url)!r}"
+        )
+
+
+def _check_database_url(url: str) -> None:
+    scheme = urlsplit(url).scheme
+    if scheme in ("postgresql", "postgres"):
+        postgres_env(url)
+    elif scheme == "sqlite":
+        sqlite_path(url)
+    else:
+        raise ConfigError(
+            "expected sqlite:///path/to/file.db or postgresql://user:password@host:port/dbname, "
+            f"got {mask_url(url)!r}"
+        )
+
+
+def sqlite_path(database_url: str) -> str:
+    """Return the file of a ``sqlite:///abs/path`` or ``sqlite:relative/path`` URL.
+
+    Raises :class:`ConfigError` for any other URL or one with no path.
+    """
+    if not database_url.startswith("sqlite:"):
+        raise ConfigError(f"not a sqlite: URL: {mask_url(database_url)!r}")
+    rest = database_url[len("sqlite:") :]
+    if rest.startswith("//"):
+        rest = rest[2:]  # sqlite:///abs -> /abs ; sqlite://rel -> rel
+    path = unquote(rest.split("?", 1)[0])
+    if not path:
+        raise ConfigError("sqlite URL names no file: expected sqlite:///path/to/file.db")
+    return os.path.expanduser(path)
+
+
+def postgres_env(database_url: str) -> dict[str, str]:
+    """Map ``postgresql://user:pass@host:port/dbname?schema=s`` to eventsourcing's settings.
+
+    Returns ``PERSISTENCE_MODULE`` plus ``POSTGRES_DBNAME``, ``_HOST`` (default localhost),
+    ``_PORT`` (default 5432), ``_USER``, ``_PASSWORD`` (may be empty) and, when given as query
+    parameters, ``POSTGRES_SCHEMA`` and the pool options (``pool_size``, ``connect_timeout``,
+    ...). Raises :class:`ConfigError` for a URL it cannot map.
+    """
+    parts = urlsplit(database_url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ConfigError(f"expected a postgresql:// URL, got {mask_url(database_url)!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError(f"bad port in {mask_url(database_url)!r}") from None
+    dbname = unquote(parts.path.lstrip("/"))
+    if not dbname or "/" in dbname:
+        raise ConfigError(f"no database name in {mask_url(database_url)!r}")
+    if not parts.username:
+        raise ConfigError(f"no user name in {mask_url(database_url)!r}")
+    env = {
+        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "POSTGRES_DBNAME": dbname,
+        "POSTGRES_HOST": unquote(parts.hostname or "localhost"),
+        "POSTGRES_PORT": str(port or 5432),
+        "POSTGRES_USER": unquote(parts.username),
+        "POSTGRES_PASSWORD": unquote(parts.password or ""),
+    }
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name not in _PG_QUERY_KEYS:
+            known = ", ".join(_PG_QUERY_KEYS)
+            raise ConfigError(f"unknown database_url parameter {name!r}; known: {known}")
+        env[_PG_QUERY_KEYS[name]] = value
+    return env
+
+
+def mask_secret(value: str) -> str:
+    """Show at most the first four characters of a secret: ``sk-a…(masked)``; '' stays ''."""
+    if not value:
+        return ""
+    if len(value) < 12:
+        return "…(masked)"
+    return f"{value[:4]}…(masked)"
+
+
+def mask_url(url: str) -> str:
+    """Replace any password in a URL (or comma-separated URLs) with ``***``.
+
+    A ``nats://`` URL with a user but no password carries a token, so the user is masked too.
+    """
+    return ",".join(_mask_one_url(part) for part in url.split(","))
+
+
+def _mask_one_url(url: str) -> str:
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, has_password, _ = userinfo.partition(":")
+    if has_password:
+        userinfo = f"{user}:***"
+    elif parts.scheme in _NATS_SCHEMES:
+        userinfo = "***"
+    return parts._replace(netloc=f"{userinfo}@{hostport}").geturl()
+
+
+def _display(key: str, value: Any) -> str:
+    if key in _SECRET_FIELDS:
+        return mask_secret(str(value))
+    if key in _URL_FIELDS:
+        return mask_url(str(value))
+    if key == "deny_commands" and value is None:
+        return "(gatekeeper defaults)"
+    if isinstance(value, list):
+        return ", ".join(str(item) for item in value) if value else "(none)"
+    return str(value)
+
+
+def describe(
+    settings: Settings, sources: Mapping[str, str] | None = None
+) -> list[tuple[str, str, str]]:
+    """Return ``(key, shown value, source)`` for every setting, secrets masked.
+
+    A key missing from ``sources`` is reported as ``"default"``.
+    """
+    sources = sources or {}
+    return [
+        (name, _display(name, getattr(settings, name)), sources.get(name, "default"))
+        for name in _FIELDS
+    ]
+
+
+def render_settings(settings: Settings, sources: Mapping[str, str] | None = None) -> str:
+    """Render every effective setting, one per line, as ``key  value  (source)``, secrets masked.
+
+    Empty values are shown as ``""``.
+    """
+    rows = [
+        (key, value if value else '""', source)
+        for key, value, source in describe(settings, sources)
+    ]
+    key_width = max(len(row[0]) for row in rows)
+    value_width = min(max(len(row[1]) for row in rows), 60)
+    return "\n".join(
+        f"{key:<{key_width}}  {value:<{value_width}}  ({source})" for key, value, source in rows
+    )

@@ -1,0 +1,212 @@
+"""The engine host: everything one process needs to run Tether, started and stopped in order.
+
+Start: the NATS server (embedded when no ``nats_url`` is set), the bus, the event store,
+the session view and its follower, the event relay, then the actors (gatekeeper, router,
+session manager). Sessions' actors (the session and its TTSR monitor) are started on
+demand by the manager. Stop runs the same list backwards, and always runs in full.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from typing import Any
+
+from actors.gatekeeper import GatekeeperActor
+from actors.gatekeeper_policy import Policy
+from actors.manager import SessionManagerActor
+from actors.ports import Ids, Provider, RandomIds, ToolExecutor
+from actors.router import NotificationRouterActor
+from actors.runtime import ActorHandle, ActorSystem, Binding
+from actors.session import NewSession, SessionActor, SessionConfig
+from actors.ttsr import TtsrMonitorActor
+from actors.ttsr_rules import Rule, load_rules
+from adapters.config import Settings
+from adapters.nats_bus import NatsBus
+from adapters.nats_server import EmbeddedNats
+from adapters.relay import EventRelay
+from adapters.store import open_application, store_env
+from adapters.tools import BuiltinTools
+from events.application import TetherApplication
+from events.messages import (
+    BarrierCheck,
+    ManagerMessage,
+    RelayedEvent,
+    SessionMessage,
+    StreamDelta,
+    ToolProposal,
+    UserMessage,
+)
+from events.subjects import Subjects
+from projections.follower import Follower
+from projections.session_view import SessionView
+
+log = logging.getLogger(__name__)
+
+_SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|DATABASE_URL)", re.I)
+
+
+def tool_environment() -> dict[str, str]:
+    """The environment shell tools run with: this process's, less anything secret."""
+    return {k: v for k, v in os.environ.items() if not _SECRET_ENV.search(k)}
+
+
+def user_rules_dir() -> str:
+    """The user's own TTSR rules folder (``$XDG_CONFIG_HOME/tether/rules``)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "tether", "rules")
+
+
+class Host:
+    """One process's engine: bus, store, projections, relay and actors."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        provider: Provider,
+        tools: ToolExecutor | None = None,
+        ids: Ids | None = None,
+        start_actors: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.provider = provider
+        self.tools = tools or BuiltinTools(timeout=settings.shell_timeout, env=tool_environment())
+        self.ids = ids or RandomIds()
+        self.start_actors = start_actors
+        self.subjects = Subjects(settings.namespace)
+        self.nats: EmbeddedNats | None = None
+        self.bus: NatsBus
+        self.app: TetherApplication
+        self.view: SessionView
+        self.system: ActorSystem
+        self.rules: list[Rule] = []
+        self._stack: list[Any] = []
+
+    @property
+    def nats_url(self) -> str:
+        """The URL of the NATS server this host uses."""
+        return self.nats.url if self.nats else self.settings.nats_url
+
+    def start(self) -> Host:
+        """Start every part; on failure, stop what was started and re-raise."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        settings = self.settings
+        if not settings.nats_url:
+            self.nats = EmbeddedNats.from_settings(settings).start()
+            self._stack.append(self.nats.stop)
+            with open(os.path.join(settings.state_dir, "nats.url"), "w") as fh:
+                fh.write(self.nats.url + "\n")
+        self.bus = NatsBus(self.nats_url, name=f"tether-{settings.namespace}")
+        self._stack.append(self.bus.close)
+        self._stack.append(self._close_provider)
+        self.app = open_application(settings)
+        self._stack.append(self.app.close)
+        self.view = SessionView(self.app, {**store_env(settings, "views"), "CREATE_TABLE": "true"})
+        self._stack.append(self.view.close)
+        self.view_follower = Follower(
+            self.app, name="session-view", position=self.view.position, consume=self.view.consume
+        ).start()
+        self._stack.append(self.view_follower.stop)
+        self.relay = EventRelay(self.app, self.bus, self.subjects).start()
+        self._stack.append(self.relay.stop)
+        self.system = ActorSystem(self.bus, self.subjects)
+        self._stack.append(self.system.stop_all)
+        if self.start_actors:
+            self._start_actors()
+
+    def _start_actors(self) -> None:
+        settings, subjects, system = self.settings, self.subjects, self.system
+        rule_set = load_rules([settings.rules_dir, user_rules_dir()])
+        for warning in rule_set.warnings:
+            log.warning("TTSR: %s", warning)
+        self.rules = rule_set.rules
+        policy_settings: dict[str, Any] = {"deny_tools": settings.deny_tools}
+        if settings.deny_commands is not None:
+            policy_settings["deny_commands"] = settings.deny_commands
+        system.start(
+            GatekeeperActor,
+            [Binding(subjects.gatekeeper, ToolProposal, queue="gatekeeper")],
+            app=self.app,
+            policy=Policy.from_settings(policy_settings),
+        )
+        system.start(
+            NotificationRouterActor,
+            [
+                Binding(subjects.all_streams, StreamDelta),
+                Binding(f"{subjects.namespace}.evt.session.>", RelayedEvent),
+            ],
+        )
+        system.start(
+            SessionManagerActor,
+            [
+                Binding(subjects.inbox, UserMessage, queue="engine"),
+                Binding(subjects.manager, ManagerMessage, queue="engine"),
+            ],
+            app=self.app,
+            spawn=self.spawn_session,
+            list_sessions=self.list_sessions,
+            ids=self.ids,
+            default_workspace=settings.workspace,
+        )
+
+    def session_config(self) -> SessionConfig:
+        """How sessions of this host call the model."""
+        return SessionConfig(
+            model=self.settings.model,
+            round_limit=self.settings.round_limit,
+            max_tokens=self.settings.max_tokens,
+            ask_timeout=self.settings.ask_timeout,
+        )
+
+    def spawn_session(self, session_id: str, new: NewSession | None) -> list[ActorHandle]:
+        """Start a session's TTSR monitor, then the session itself (recovered if stored)."""
+        system, subjects = self.system, self.subjects
+        monitor = system.start(
+            TtsrMonitorActor,
+            [
+                Binding(subjects.stream(session_id), StreamDelta),
+                Binding(subjects.ttsr(session_id), BarrierCheck),
+            ],
+            session_id=session_id,
+            app=self.app,
+            rules=self.rules,
+        )
+        session = system.start(
+            SessionActor,
+            [Binding(subjects.session(session_id), SessionMessage)],
+            session_id=session_id,
+            app=self.app,
+            provider=self.provider,
+            tools=self.tools,
+            config=self.session_config(),
+            new=new,
+        )
+        return [monitor, session]
+
+    def list_sessions(self) -> list[Any]:
+        """The session view, caught up with the log first."""
+        self.view_follower.catch_up()
+        return self.view.rows()
+
+    def _close_provider(self) -> None:
+        aclose = getattr(self.provider, "aclose", None)
+        if aclose is not None:
+            self.bus.call(aclose, timeout=5)
+
+    def stop(self) -> None:
+        """Stop everything that was started, newest first; never raises."""
+        while self._stack:
+            step = self._stack.pop()
+            try:
+                step()
+            except Exception:
+                log.exception("stopping %s failed", step)

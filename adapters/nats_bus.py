@@ -1,0 +1,194 @@
+"""The process's one NATS connection, owned by one asyncio loop on its own thread.
+
+Actors are threads and nats-py is asyncio: :class:`NatsBus` bridges the two. Its methods
+are safe to call from any thread; callbacks given to :meth:`subscribe` run on the loop
+and must hand work off (``tell`` an actor) instead of blocking. Reconnects are left to
+nats-py, with unlimited attempts, so a restarted server is picked up again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import Future
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import JetStreamContext
+
+from actors.ports import BusError, Inbound, RequestTimeout
+
+log = logging.getLogger(__name__)
+
+
+class _Sub:
+    def __init__(self, bus: NatsBus, sub: Any) -> None:
+        self._bus = bus
+        self._sub = sub
+
+    def close(self) -> None:
+        if self._bus.closed:
+            return
+        with contextlib.suppress(Exception):
+            self._bus.call(self._sub.unsubscribe, timeout=5)
+
+
+class NatsBus:
+    """A NATS connection with a private asyncio loop thread."""
+
+    def __init__(self, url: str, name: str = "tether", connect_timeout: float = 10.0) -> None:
+        self.url = url
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="tether-bus", daemon=True)
+        self._thread.start()
+        self.closed = False
+        self.nc: Client = self.call(lambda: self._connect(name), timeout=connect_timeout + 5)
+        self.js: JetStreamContext = self.nc.jetstream()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    async def _connect(self, name: str) -> Client:
+        async def on_error(exc: Exception) -> None:
+            log.debug("nats: %s", exc)
+
+        async def on_disconnect() -> None:
+            log.info("nats: disconnected from %s", self.url)
+
+        async def on_reconnect() -> None:
+            log.info("nats: reconnected to %s", self.url)
+
+        try:
+            return await nats.connect(
+                self.url,
+                name=name,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                connect_timeout=5,
+                allow_reconnect=True,
+                error_cb=on_error,
+                disconnected_cb=on_disconnect,
+                reconnected_cb=on_reconnect,
+            )
+        except Exception as exc:
+            raise BusError(f"cannot connect to NATS at {self.url}: {exc}") from exc
+
+    # --- thread-safe API ----------------------------------------------------------------
+
+    def publish(self, subject: str, data: bytes, headers: dict[str, str] | None = None) -> None:
+        """Publish without waiting; messages from one thread keep their order."""
+        if self.closed:
+            return
+        self.loop.call_soon_threadsafe(self._publish_now, subject, data, headers)
+
+    def _publish_now(self, subject: str, data: bytes, headers: dict[str, str] | None) -> None:
+        task = self.loop.create_task(self.nc.publish(subject, data, headers=headers))
+        task.add_done_callback(_log_failure)
+
+    def subscribe(
+        self, subject: str, callback: Callable[[Inbound], None], queue: str = ""
+    ) -> _Sub:
+        """Subscribe and wait until the server knows of the interest."""
+
+        async def handler(msg: Msg) -> None:
+            try:
+                callback(_inbound(msg))
+            except Exception:  # a callback must never take the subscription down
+                log.exception("subscription callback for %s failed", subject)
+
+        async def go() -> Any:
+            sub = await self.nc.subscribe(subject, queue=queue, cb=handler)
+            await self.nc.flush()
+            return sub
+
+        return _Sub(self, self.call(go))
+
+    def request(
+        self,
+        subject: str,
+        data: bytes,
+        timeout: float,
+        on_reply: Callable[[bytes | None, str], None],
+    ) -> None:
+        """Start a request; ``on_reply`` runs on the loop with the reply or an error text."""
+
+        async def go() -> None:
+            try:
+                reply = await self._request(subject, data, timeout)
+            except BusError as exc:
+                on_reply(None, str(exc))
+            else:
+                on_reply(reply, "")
+
+        self.loop.call_soon_threadsafe(lambda: self.loop.create_task(go()))
+
+    def request_sync(self, subject: str, data: bytes, timeout: float) -> bytes:
+        """Blocking request for clients; raises RequestTimeout or BusError."""
+        result: bytes = self.call(lambda: self._request(subject, data, timeout), timeout + 5)
+        return result
+
+    async def _request(self, subject: str, data: bytes, timeout: float) -> bytes:
+        try:
+            msg = await self.nc.request(subject, data, timeout=timeout)
+        except NatsTimeout:
+            raise RequestTimeout(f"no reply from {subject} within {timeout:g} s") from None
+        except NoRespondersError:
+            raise BusError(f"nobody is listening on {subject}") from None
+        return bytes(msg.data)
+
+    def spawn(self, factory: Callable[[], Coroutine[Any, Any, None]]) -> Future[None]:
+        """Run a coroutine on the loop; cancelling the returned future cancels the task."""
+        return asyncio.run_coroutine_threadsafe(factory(), self.loop)
+
+    def call(self, factory: Callable[[], Awaitable[Any]], timeout: float = 10.0) -> Any:
+        """Run a coroutine on the loop and wait for its result (never from the loop)."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("NatsBus.call would deadlock on the bus loop")
+
+        async def wrap() -> Any:
+            return await factory()
+
+        return asyncio.run_coroutine_threadsafe(wrap(), self.loop).result(timeout)
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Wait until everything published so far reached the server."""
+        self.call(lambda: self.nc.flush(timeout=int(max(1, timeout))), timeout + 1)
+
+    def close(self) -> None:
+        """Drain and close the connection, then stop the loop thread."""
+        if self.closed:
+            return
+        with contextlib.suppress(Exception):
+            self.call(self._drain, timeout=10)
+        self.closed = True
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+
+    async def _drain(self) -> None:
+        # Let queued publishes (scheduled with call_soon_threadsafe) run first.
+        await asyncio.sleep(0)
+        with contextlib.suppress(Exception):
+            await self.nc.flush(timeout=2)
+        await self.nc.close()
+
+
+def _inbound(msg: Msg) -> Inbound:
+    return Inbound(
+        subject=msg.subject,
+        data=bytes(msg.data),
+        reply=msg.reply or "",
+        headers=dict(msg.headers) if msg.headers else None,
+    )
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("publish failed: %s", task.exception())

@@ -1,0 +1,159 @@
+"""The relay: copies every stored event, in order, to the JetStream stream of events.
+
+Each event becomes a JSON :class:`events.messages.RelayedEvent` on
+``<ns>.evt.<aggregate>.<id>.<event>`` with the store's notification id as ``Nats-Msg-Id``
+(and in the ``Tether-Notification-Id`` header). The position is JetStream itself: on start
+the relay reads the newest message of the stream and carries on after its notification
+id, so a stopped relay resumes with no gap; anything sent twice around a crash falls
+inside the stream's duplicate window and is dropped by the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+from nats.js.api import StreamConfig
+from nats.js.errors import NotFoundError
+
+from adapters.nats_bus import NatsBus
+from events.application import TetherApplication, aggregate_name
+from events.messages import RelayedEvent
+from events.subjects import Subjects
+from projections.follower import Follower
+
+log = logging.getLogger(__name__)
+
+NOTIFICATION_HEADER = "Tether-Notification-Id"
+DUPLICATE_WINDOW = 120.0
+
+
+class EventRelay:
+    """Follows the event log and publishes each event to JetStream."""
+
+    def __init__(
+        self,
+        app: TetherApplication,
+        bus: NatsBus,
+        subjects: Subjects,
+        *,
+        poll_interval: float = 0.5,
+    ) -> None:
+        self.app = app
+        self.bus = bus
+        self.subjects = subjects
+        self.relayed = 0
+        self._position = 0
+        self._short_ids: dict[uuid.UUID, str] = {}
+        self.follower = Follower(
+            app,
+            name="relay",
+            position=lambda: self._position,
+            consume=self._publish_batch,
+            poll_interval=poll_interval,
+        )
+
+    def start(self) -> EventRelay:
+        """Create the stream if needed, find where the last run stopped, and follow."""
+        self.bus.call(self._ensure_stream)
+        self._position = self.bus.call(self._last_relayed)
+        self.follower.start()
+        return self
+
+    def stop(self) -> None:
+        """Relay what is left (best effort), then stop following; the next start resumes
+        after the last acknowledged event."""
+        try:
+            self.follower.catch_up()
+        except Exception:
+            log.warning("relay: final catch-up failed; the next start will resume", exc_info=True)
+        self.follower.stop()
+
+    def catch_up(self) -> int:
+        """Relay everything stored so far (blocking); returns how many were sent."""
+        return self.follower.catch_up()
+
+    @property
+    def position(self) -> int:
+        """The notification id of the last event acknowledged by JetStream."""
+        return self._position
+
+    async def _ensure_stream(self) -> None:
+        config = StreamConfig(
+            name=self.subjects.events_stream,
+            subjects=[self.subjects.all_events],
+            duplicate_window=DUPLICATE_WINDOW,
+        )
+        try:
+            await self.bus.js.stream_info(config.name or "")
+        except NotFoundError:
+            await self.bus.js.add_stream(config)
+
+    async def _last_relayed(self) -> int:
+        info = await self.bus.js.stream_info(self.subjects.events_stream)
+        if not info.state.last_seq:
+            return 0
+        try:
+            msg = await self.bus.js.get_msg(self.subjects.events_stream, info.state.last_seq)
+        except NotFoundError:
+            return 0
+        headers = msg.headers or {}
+        return int(headers.get(NOTIFICATION_HEADER, "0"))
+
+    def _publish_batch(self, notifications: Sequence[Any]) -> None:
+        prepared = [self._prepare(n) for n in notifications]
+        self.bus.call(lambda: self._send(prepared), timeout=60)
+
+    def _prepare(self, notification: Any) -> tuple[int, str, bytes]:
+        domain_event: Any = self.app.mapper.to_domain_event(notification)
+        aggregate, event_name = aggregate_name(notification.topic)
+        originator = domain_event.originator_id
+        short = self._short_id(aggregate, originator, domain_event)
+        data = {
+            k: v
+            for k, v in vars(domain_event).items()
+            if k not in ("originator_id", "originator_version", "timestamp", "originator_topic")
+        }
+        relayed = RelayedEvent(
+            id=notification.id,
+            aggregate=aggregate,
+            aggregate_id=short,
+            originator_id=str(originator),
+            version=domain_event.originator_version,
+            event=event_name,
+            timestamp=domain_event.timestamp.isoformat(),
+            data=msgspec.to_builtins(data),
+        )
+        subject = self.subjects.event(aggregate, short, event_name)
+        return notification.id, subject, msgspec.json.encode(relayed)
+
+    def _short_id(self, aggregate: str, originator: uuid.UUID, domain_event: Any) -> str:
+        if aggregate != "session":
+            return str(originator)
+        short = self._short_ids.get(originator) or getattr(domain_event, "session_id", None)
+        if short is None:
+            first = next(iter(self.app.events.get(originator, lte=1)), None)
+            short = getattr(first, "session_id", None) or str(originator)
+        self._short_ids[originator] = short
+        return short
+
+    async def _send(self, prepared: list[tuple[int, str, bytes]]) -> None:
+        # Pipelined: publish all, then await the acks in order. Order on the wire is the
+        # order of publishing; the position only moves past an acknowledged event.
+        futures = []
+        for nid, subject, payload in prepared:
+            headers = {"Nats-Msg-Id": str(nid), NOTIFICATION_HEADER: str(nid)}
+            future = await self.bus.js.publish_async(subject, payload, headers=headers)
+            futures.append((nid, future))
+        for nid, future in futures:
+            try:
+                await asyncio.wait_for(future, timeout=10)
+            except Exception:
+                log.warning("relay: JetStream did not acknowledge event %s; will retry", nid)
+                raise
+            self._position = nid
+            self.relayed += 1

@@ -1,0 +1,53 @@
+"""Event-store configuration: the Tether application on SQLite or PostgreSQL.
+
+SQLite (the default) keeps the event log in ``<state_dir>/events.db`` and each read model
+in its own file beside it (the library's SQLite table names are fixed, so two models in
+one file would share a ``tracking`` table). PostgreSQL, chosen by a ``postgresql://``
+``database_url``, names its tables per application and per projection, so one database
+holds everything; a ``?schema=`` parameter puts it all in one schema.
+"""
+
+from __future__ import annotations
+
+import os
+
+from adapters.config import Settings, postgres_env, sqlite_path
+from events.application import TetherApplication
+
+
+def is_postgres(settings: Settings) -> bool:
+    """True when the settings ask for PostgreSQL."""
+    return settings.database_url.startswith(("postgresql://", "postgres://"))
+
+
+def store_env(settings: Settings, purpose: str = "events") -> dict[str, str]:
+    """eventsourcing environment for the event log (``events``) or a read model."""
+    if is_postgres(settings):
+        env = postgres_env(settings.database_url)
+        env["PERSISTENCE_MODULE"] = "eventsourcing.postgres"
+        return env
+    if settings.database_url:
+        events_path = sqlite_path(settings.database_url)
+        os.makedirs(os.path.dirname(events_path) or ".", exist_ok=True)
+    else:
+        os.makedirs(settings.state_dir, exist_ok=True)
+        events_path = os.path.join(settings.state_dir, "events.db")
+    path = events_path if purpose == "events" else _beside(events_path, purpose)
+    return {
+        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+        "SQLITE_DBNAME": path,
+        "SQLITE_LOCK_TIMEOUT": "30",
+    }
+
+
+def _beside(events_path: str, purpose: str) -> str:
+    folder = os.path.dirname(events_path) or "."
+    stem = os.path.splitext(os.path.basename(events_path))[0]
+    return os.path.join(folder, f"{stem}-{purpose}.db")
+
+
+def open_application(settings: Settings) -> TetherApplication:
+    """The event-sourced application for these settings (tables created if missing)."""
+    env = store_env(settings)
+    env["CREATE_TABLE"] = "true"
+    return TetherApplication(env=env)

@@ -1,0 +1,113 @@
+"""The Tether eventsourcing application: one event log for every aggregate.
+
+Persistence comes from the environment handed in (SQLite or PostgreSQL, see
+``adapters.store``); events are stored with the typed :class:`events.mapper.MsgspecMapper`.
+After every save the listeners are called with the highest notification id just written,
+so followers (the relay, projections) wake at once instead of polling.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, TypeVar
+
+from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.domain import Aggregate
+from eventsourcing.persistence import Recording
+from eventsourcing.utils import get_topic
+
+from events.decisions import ToolDecision
+from events.mapper import MsgspecMapper
+from events.session import Session, session_uuid
+from events.ttsr import RuleLog, rulelog_uuid
+
+A = TypeVar("A", bound=Aggregate)
+
+AGGREGATE_NAMES: dict[type, str] = {
+    Session: "session",
+    ToolDecision: "decision",
+    RuleLog: "rulelog",
+}
+"""Short aggregate names used in relayed subjects (``<ns>.evt.<name>.<id>.<event>``)."""
+
+
+def _project(aggregate: Any, events: Iterable[Any]) -> Any:
+    # A plain loop: the library's default projector checks each event against a Protocol
+    # with isinstance, which costs about half of a replay (see DESIGN.md).
+    for domain_event in events:
+        aggregate = domain_event.mutate(aggregate)
+    return aggregate
+
+
+class TetherApplication(Application[uuid.UUID]):
+    """Stores and retrieves Tether's aggregates."""
+
+    name = "tether"
+    env: ClassVar[dict[str, str]] = {"MAPPER_TOPIC": get_topic(MsgspecMapper)}
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        super().__init__(env)
+        self._listeners: list[Callable[[int], None]] = []
+        self._listeners_lock = threading.Lock()
+
+    def add_listener(self, listener: Callable[[int], None]) -> Callable[[], None]:
+        """Call ``listener(max_notification_id)`` after each save; returns a remover."""
+        with self._listeners_lock:
+            self._listeners.append(listener)
+
+        def remove() -> None:
+            with self._listeners_lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return remove
+
+    def _notify(self, recordings: list[Recording[uuid.UUID]]) -> None:
+        ids = [r.notification.id for r in recordings if r.notification.id is not None]
+        if not ids:
+            return
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(max(ids))
+
+    def load(self, aggregate_id: uuid.UUID, kind: type[A], version: int | None = None) -> A | None:
+        """The aggregate as it stood at ``version`` (latest if None), or None if absent."""
+        try:
+            aggregate = self.repository.get(
+                aggregate_id, version=version, projector_func=_project
+            )
+        except AggregateNotFoundError:
+            return None
+        if not isinstance(aggregate, kind):
+            raise TypeError(f"{aggregate_id} is a {type(aggregate).__name__}, not {kind.__name__}")
+        return aggregate
+
+    def session(self, session_id: str, version: int | None = None) -> Session | None:
+        """The session with short id ``session_id``, or None."""
+        return self.load(session_uuid(session_id), Session, version)
+
+    def rule_log(self, session_id: str) -> RuleLog | None:
+        """The TTSR rule log of a session, or None if no rule fired yet."""
+        return self.load(rulelog_uuid(session_id), RuleLog)
+
+    def session_events(self, session_id: str) -> list[Any]:
+        """Every stored event of a session, oldest first."""
+        return list(self.events.get(session_uuid(session_id)))
+
+    def max_notification_id(self) -> int:
+        """The id of the newest stored event (0 when the log is empty)."""
+        return self.recorder.max_notification_id() or 0
+
+
+def aggregate_name(topic: str) -> tuple[str, str]:
+    """Split an event topic into (aggregate short name, event name)."""
+    module_and_class = topic.split(":", 1)[1]
+    *owner, event_name = module_and_class.split(".")
+    owner_name = ".".join(owner)
+    for cls, short in AGGREGATE_NAMES.items():
+        if cls.__qualname__ == owner_name:
+            return short, event_name
+    return owner_name.lower() or "unknown", event_name

@@ -1,0 +1,48 @@
+"""The ToolDecision aggregate: the gatekeeper's audit record of one tool call.
+
+One aggregate per tool call (id derived from the call id), so gatekeepers in a queue group
+never contend for the same aggregate.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from eventsourcing.domain import Aggregate, event
+
+DECISION_NAMESPACE = uuid.UUID("0b8f3c1e-3c55-4d7e-9a3f-5f0e7d9b2a44")
+
+
+def decision_uuid(call_id: str) -> uuid.UUID:
+    """The aggregate id of the decision about tool call ``call_id``."""
+    return uuid.uuid5(DECISION_NAMESPACE, f"decision:{call_id}")
+
+
+class ToolDecision(Aggregate):
+    """Who decided what about one tool call, and why."""
+
+    @staticmethod
+    def create_id(call_id: str, **_: Any) -> uuid.UUID:
+        return decision_uuid(call_id)
+
+    @event("Evaluated")
+    def __init__(
+        self,
+        call_id: str,
+        session_id: str,
+        tool: str,
+        tool_input: dict[str, Any],
+        action_hash: str,
+        decision: str,
+        reason: str,
+        tier: str,
+    ):
+        self.call_id = call_id
+        self.session_id = session_id
+        self.tool = tool
+        self.tool_input = tool_input
+        self.action_hash = action_hash
+        self.decision = decision
+        self.reason = reason
+        self.tier = tier

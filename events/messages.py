@@ -1,0 +1,260 @@
+"""The typed message protocol: every message that crosses an actor boundary.
+
+Each message is a msgspec Struct tagged with ``type`` (its class name in snake case), so
+a JSON object such as ``{"type": "user_message", "text": "hi", ...}`` decodes strictly to
+the right class. Unions below list what each subject accepts; :mod:`events.codec` turns
+them into strict decoders. Fields are plain JSON types so any language can join the bus.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+
+def _snake(name: str) -> str:
+    out: list[str] = []
+    for i, ch in enumerate(name):
+        if ch.isupper() and i:
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)
+
+
+class Message(msgspec.Struct, tag_field="type", tag=_snake, kw_only=True):
+    """Base of every bus message; the ``type`` tag is the snake-cased class name."""
+
+
+# --- content blocks (shared by events and messages) -------------------------------------
+
+
+class TextBlock(msgspec.Struct, tag_field="type", tag="text"):
+    """Assistant or user text."""
+
+    text: str
+
+
+class ToolUseBlock(msgspec.Struct, tag_field="type", tag="tool_use"):
+    """A tool call the model asked for."""
+
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ToolResultBlock(msgspec.Struct, tag_field="type", tag="tool_result"):
+    """The result of a tool call, sent back to the model."""
+
+    tool_use_id: str
+    content: str
+    is_error: bool = False
+
+
+ContentBlock = TextBlock | ToolUseBlock | ToolResultBlock
+
+
+class Usage(msgspec.Struct):
+    """Token usage reported by the model for one response."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+# --- connectors -> engine ---------------------------------------------------------------
+
+
+class UserMessage(Message):
+    """A user's message, published on ``<ns>.inbox`` by any connector.
+
+    ``channel`` names the connector (replies go to ``<ns>.channel.<channel>.out``);
+    ``session_id`` continues a session, empty starts a new one.
+    """
+
+    text: str
+    channel: str
+    session_id: str = ""
+    user: str = "user"
+    workspace: str = ""
+
+
+class Accepted(Message):
+    """Reply to a UserMessage sent as a request: the session that took it."""
+
+    session_id: str
+
+
+class ErrorReply(Message):
+    """A typed error answer to a request that could not be served."""
+
+    error: str
+    reason: str
+
+
+# --- engine -> connectors ---------------------------------------------------------------
+
+NoticeKind = Literal[
+    "stream", "reply", "tool", "interrupted", "completed", "failed", "status", "error"
+]
+
+
+class ChannelMessage(Message):
+    """What a connector receives on ``<ns>.channel.<channel>.out``."""
+
+    session_id: str
+    kind: NoticeKind
+    text: str
+    seq: int = 0
+
+
+# --- session manager --------------------------------------------------------------------
+
+
+class ListSessions(Message):
+    """Ask the manager for the known sessions."""
+
+
+class SessionSummary(msgspec.Struct):
+    """One line of the session view."""
+
+    session_id: str
+    name: str
+    status: str
+    turns: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    last_activity: str
+
+
+class SessionList(Message):
+    """The manager's answer to ListSessions."""
+
+    sessions: list[SessionSummary]
+
+
+class KillSession(Message):
+    """Stop a session now (manager or session subject)."""
+
+    session_id: str
+    reason: str = "killed by user"
+
+
+class Killed(Message):
+    """Reply to KillSession."""
+
+    session_id: str
+    found: bool
+
+
+# --- session ----------------------------------------------------------------------------
+
+
+class Interrupt(Message):
+    """Sent by the TTSR monitor on ``<ns>.session.<id>``: abort the current generation."""
+
+    session_id: str
+    generation: int
+    rules: list[str]
+    reminder: str
+    source: str = "text"
+
+
+class StreamDelta(Message):
+    """Published by a session on ``<ns>.session.<id>.stream`` (core NATS, not stored).
+
+    ``kind`` is ``turn_start`` when a new model call begins (buffers reset), ``text`` or
+    ``tool_input`` for content, ``tool_start`` when a tool_use block opens (``text`` holds
+    the tool name) and ``end`` when the model's message is complete. ``turn_start`` carries
+    the ``channel`` the reply should go to.
+    """
+
+    session_id: str
+    generation: int
+    seq: int
+    kind: Literal["turn_start", "text", "tool_start", "tool_input", "end"]
+    text: str = ""
+    block: int = 0
+    channel: str = ""
+
+
+# --- TTSR monitor -----------------------------------------------------------------------
+
+
+class BarrierCheck(Message):
+    """Session -> monitor request: has everything up to ``seq`` of ``generation`` been
+    checked, and is it clear of every eligible rule?"""
+
+    session_id: str
+    generation: int
+    seq: int
+
+
+class BarrierResult(Message):
+    """Monitor -> session answer to BarrierCheck."""
+
+    generation: int
+    clear: bool
+    rules: list[str] = []
+    reminder: str = ""
+
+
+# --- gatekeeper -------------------------------------------------------------------------
+
+
+class ToolProposal(Message):
+    """Session -> gatekeeper request on ``<ns>.gatekeeper``: may this call run?"""
+
+    session_id: str
+    call_id: str
+    tool: str
+    input: dict[str, Any]
+    workspace: str
+    action_hash: str
+
+
+class Verdict(Message):
+    """Gatekeeper answer to a ToolProposal."""
+
+    call_id: str
+    decision: Literal["allow", "deny"]
+    reason: str
+    action_hash: str
+    tier: str = "policy"
+
+
+# --- dead letters -----------------------------------------------------------------------
+
+
+class DeadLetter(Message):
+    """Published on ``<ns>.deadletter`` for every payload an actor could not accept."""
+
+    subject: str
+    reason: str
+    payload: str
+    size: int
+
+
+class RelayedEvent(msgspec.Struct, kw_only=True):
+    """A stored event as published on ``<ns>.evt.<aggregate>.<id>.<event>`` (JetStream).
+
+    ``id`` is the store's notification id (also the ``Nats-Msg-Id`` header); for sessions
+    ``aggregate_id`` is the short session id, for other aggregates their UUID. ``data``
+    holds the event's own fields.
+    """
+
+    id: int
+    aggregate: str
+    aggregate_id: str
+    originator_id: str
+    version: int
+    event: str
+    timestamp: str
+    data: dict[str, Any]
+
+
+InboxMessage = UserMessage
+ManagerMessage = ListSessions | KillSession | UserMessage
+SessionMessage = UserMessage | Interrupt | KillSession
+MonitorMessage = BarrierCheck
+GatekeeperMessage = ToolProposal

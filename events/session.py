@@ -1,0 +1,143 @@
+"""The Session aggregate: one agent conversation, rebuilt from its events.
+
+Each command method records one event (eventsourcing's ``@event`` decorator turns the
+method into an event class and its body into the event's apply). The state kept here is
+what the session actor needs to resume after a restart: the conversation as the model saw
+it, the current status and the running totals.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import msgspec
+from eventsourcing.domain import Aggregate, event
+
+from events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock, Usage
+
+STATUSES = ("starting", "running", "waiting", "completed", "failed", "killed")
+
+
+class Turn(msgspec.Struct):
+    """One model-visible message: ``role`` is ``user`` or ``assistant``."""
+
+    role: str
+    content: list[ContentBlock]
+
+
+class Session(Aggregate):
+    """One agent session. Its id is a UUID derived from the session's short id."""
+
+    @staticmethod
+    def create_id(session_id: str, **_: Any) -> uuid.UUID:
+        return session_uuid(session_id)
+
+    @event("Created")
+    def __init__(self, session_id: str, name: str, workspace: str, model: str, channel: str):
+        self.session_id = session_id
+        self.name = name
+        self.workspace = workspace
+        self.model = model
+        self.channel = channel
+        self.status = "starting"
+        self.history: list[Turn] = []
+        self.turns = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.cost_usd = 0.0
+        self.fired_rules: list[str] = []
+        self.failures = 0
+
+    @event("UserMessageReceived")
+    def receive_user_message(self, text: str, channel: str, user: str) -> None:
+        self.history.append(Turn("user", [TextBlock(text)]))
+        self.channel = channel
+
+    @event("AssistantMessageAppended")
+    def append_assistant_message(
+        self, content: list[ContentBlock], stop_reason: str, usage: Usage, generation: int
+    ) -> None:
+        self.history.append(Turn("assistant", list(content)))
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+
+    @event("ToolCallProposed")
+    def propose_tool_call(
+        self, call_id: str, tool: str, tool_input: dict[str, Any], action_hash: str
+    ) -> None:
+        pass
+
+    @event("ToolCallDecided")
+    def decide_tool_call(self, call_id: str, decision: str, reason: str, tier: str) -> None:
+        pass
+
+    @event("ToolCallExecuted")
+    def record_tool_result(self, call_id: str, tool: str, output: str, is_error: bool) -> None:
+        self._add_tool_result(ToolResultBlock(call_id, output, is_error))
+
+    @event("ToolCallRefused")
+    def refuse_tool_call(self, call_id: str, reason: str) -> None:
+        self._add_tool_result(ToolResultBlock(call_id, f"refused: {reason}", True))
+
+    def _add_tool_result(self, block: ToolResultBlock) -> None:
+        last = self.history[-1] if self.history else None
+        if last is not None and last.role == "user" and all(
+            isinstance(b, ToolResultBlock) for b in last.content
+        ):
+            last.content.append(block)
+        else:
+            self.history.append(Turn("user", [block]))
+
+    @event("TtsrInterrupted")
+    def record_ttsr_interruption(
+        self, rules: list[str], reminder: str, generation: int, partial_text: str, source: str
+    ) -> None:
+        # context_mode "discard": the partial reply never enters the history.
+        self.history.append(Turn("user", [TextBlock(reminder)]))
+        for name in rules:
+            if name not in self.fired_rules:
+                self.fired_rules.append(name)
+
+    @event("StatusChanged")
+    def change_status(self, status: str, reason: str) -> None:
+        self.status = status
+
+    @event("TurnCompleted")
+    def complete_turn(self, rounds: int, usage: Usage, cost_usd: float, stop: str) -> None:
+        self.turns += 1
+        self.cost_usd += cost_usd
+
+    @event("TurnFailed")
+    def fail_turn(self, error: str) -> None:
+        self.turns += 1
+
+    @event("ActorFailed")
+    def record_actor_failure(self, error: str) -> None:
+        self.failures += 1
+
+    # --- queries -----------------------------------------------------------------------
+
+    def pending_tool_calls(self) -> list[ToolUseBlock]:
+        """tool_use blocks of the last assistant message that have no result yet."""
+        for index in range(len(self.history) - 1, -1, -1):
+            turn = self.history[index]
+            if turn.role == "assistant":
+                answered = {
+                    b.tool_use_id
+                    for later in self.history[index + 1 :]
+                    for b in later.content
+                    if isinstance(b, ToolResultBlock)
+                }
+                return [
+                    b for b in turn.content if isinstance(b, ToolUseBlock) and b.id not in answered
+                ]
+        return []
+
+
+SESSION_NAMESPACE = uuid.UUID("6f1c5a52-8d5e-4a57-9a43-0d2b7d1f6e11")
+
+
+def session_uuid(session_id: str) -> uuid.UUID:
+    """The aggregate id of the session with short id ``session_id`` (stable, derived)."""
+    return uuid.uuid5(SESSION_NAMESPACE, f"session:{session_id}")

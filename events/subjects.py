@@ -1,0 +1,94 @@
+"""Every NATS subject Tether uses, built from one namespace prefix (default ``tether``).
+
+Two deployments with different namespaces can share one NATS server without seeing each
+other's traffic. Nothing else in the code spells a subject by hand.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def check_token(value: str, what: str) -> str:
+    """Return ``value`` if it is one valid subject token, else raise ValueError naming it."""
+    if not _TOKEN.match(value):
+        raise ValueError(f"{what} must be letters, digits, '_' or '-', got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Subjects:
+    """Subject names for one namespace."""
+
+    namespace: str = "tether"
+
+    def __post_init__(self) -> None:
+        check_token(self.namespace, "namespace")
+
+    @property
+    def inbox(self) -> str:
+        """Connectors publish UserMessage here (queue group ``engine``)."""
+        return f"{self.namespace}.inbox"
+
+    @property
+    def manager(self) -> str:
+        """SessionManager requests: list, kill."""
+        return f"{self.namespace}.manager"
+
+    @property
+    def gatekeeper(self) -> str:
+        """ToolProposal requests (queue group ``gatekeeper``)."""
+        return f"{self.namespace}.gatekeeper"
+
+    @property
+    def deadletter(self) -> str:
+        """Payloads an actor could not accept, with the reason."""
+        return f"{self.namespace}.deadletter"
+
+    def session(self, session_id: str) -> str:
+        """Commands to one session actor."""
+        return f"{self.namespace}.session.{check_token(session_id, 'session id')}"
+
+    def stream(self, session_id: str) -> str:
+        """Live deltas of one session (core NATS, not stored)."""
+        return f"{self.session(session_id)}.stream"
+
+    @property
+    def all_streams(self) -> str:
+        """Wildcard matching every session's stream."""
+        return f"{self.namespace}.session.*.stream"
+
+    def ttsr(self, session_id: str) -> str:
+        """Barrier requests to one session's TTSR monitor."""
+        return f"{self.namespace}.ttsr.{check_token(session_id, 'session id')}"
+
+    def channel_out(self, channel: str) -> str:
+        """What a connector receives."""
+        return f"{self.namespace}.channel.{check_token(channel, 'channel')}.out"
+
+    def event(self, aggregate: str, aggregate_id: str, event: str) -> str:
+        """One stored event as relayed to JetStream."""
+        return f"{self.namespace}.evt.{aggregate}.{aggregate_id}.{event}"
+
+    @property
+    def all_events(self) -> str:
+        """Wildcard over every relayed event (the JetStream stream's subjects)."""
+        return f"{self.namespace}.evt.>"
+
+    def session_events(self, session_id: str) -> str:
+        """Wildcard over one session's relayed events."""
+        return f"{self.namespace}.evt.session.{session_id}.*"
+
+    @property
+    def events_stream(self) -> str:
+        """Name of the JetStream stream holding relayed events.
+
+        ``TETHER_EVENTS`` for the default namespace; other namespaces get their own stream
+        (a stream's subjects may not overlap another's on one server).
+        """
+        if self.namespace == "tether":
+            return "TETHER_EVENTS"
+        return "TETHER_EVENTS_" + self.namespace.upper().replace("-", "_")

@@ -1,0 +1,307 @@
+"""The scripted Anthropic-compatible server, spoken to over raw HTTP (no SDK)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.fake_llm import EXHAUSTED_TEXT, FakeLLM, ScriptError, load_script, parse_script
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TEXT_AND_TOOL = """
+responses:
+  - chunk: 5
+    blocks:
+      - text: "Let me read the file for you."
+      - tool_use: {name: read_file, input: {path: README.md, lines: [1, 20]}}
+    usage: {input_tokens: 11, output_tokens: 22}
+"""
+
+
+def _post(fake: FakeLLM, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", fake.port, timeout=10)
+    try:
+        conn.request("POST", "/v1/messages", json.dumps(body), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        conn.close()
+
+
+def _sse(raw: bytes) -> list[tuple[str, dict[str, Any]]]:
+    """Parse a server-sent-events body into (event name, data) pairs."""
+    out = []
+    for frame in raw.decode().split("\n\n"):
+        if not frame.strip():
+            continue
+        fields = dict(line.split(": ", 1) for line in frame.splitlines())
+        out.append((fields["event"], json.loads(fields["data"])))
+    return out
+
+
+def _request(text: str = "hello", stream: bool = True) -> dict[str, Any]:
+    return {
+        "model": "claude-test",
+        "max_tokens": 100,
+        "stream": stream,
+        "messages": [{"role": "user", "content": text}],
+    }
+
+
+def _text_of(events: list[tuple[str, dict[str, Any]]]) -> str:
+    return "".join(
+        d["delta"]["text"]
+        for name, d in events
+        if name == "content_block_delta" and d["delta"]["type"] == "text_delta"
+    )
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeLLM]:
+    with FakeLLM(parse_script(TEXT_AND_TOOL)) as server:
+        yield server
+
+
+def test_stream_has_the_messages_api_event_sequence(fake: FakeLLM) -> None:
+    status, headers, raw = _post(fake, _request())
+    assert status == 200
+    assert headers["Content-Type"].startswith("text/event-stream")
+    events = _sse(raw)
+    names = [name for name, _ in events]
+    assert names[:3] == ["message_start", "ping", "content_block_start"]
+    assert names[-2:] == ["message_delta", "message_stop"]
+    start = events[0][1]["message"]
+    assert start["usage"]["input_tokens"] == 11
+    assert start["model"] == "claude-test"
+
+    text_deltas = [d for n, d in events if n == "content_block_delta" and d["index"] == 0]
+    assert len(text_deltas) > 1
+    assert all(len(d["delta"]["text"]) <= 5 for d in text_deltas)
+    assert _text_of(events) == "Let me read the file for you."
+
+    tool_start = next(d for n, d in events if n == "content_block_start" and d["index"] == 1)
+    assert tool_start["content_block"]["type"] == "tool_use"
+    assert tool_start["content_block"]["name"] == "read_file"
+    assert tool_start["content_block"]["id"].startswith("toolu_")
+    pieces = [
+        d["delta"]["partial_json"]
+        for n, d in events
+        if n == "content_block_delta" and d["delta"]["type"] == "input_json_delta"
+    ]
+    assert len(pieces) > 1
+    assert json.loads("".join(pieces)) == {"path": "README.md", "lines": [1, 20]}
+
+    message_delta = events[-2][1]
+    assert message_delta["delta"]["stop_reason"] == "tool_use"
+    assert message_delta["usage"]["output_tokens"] == 22
+    assert fake.completed == 1
+
+
+def test_requests_are_recorded(fake: FakeLLM) -> None:
+    body = _request("please read README.md")
+    body["system"] = "be brief"
+    _post(fake, body)
+    assert fake.requests == [body]
+
+
+def test_match_selects_and_each_response_is_served_once() -> None:
+    script = parse_script(
+        """
+responses:
+  - match: weather
+    blocks: [{text: "It is sunny."}]
+  - blocks: [{text: "Generic answer."}]
+  - match: "file contents"
+    blocks: [{text: "Thanks for the file."}]
+"""
+    )
+    with FakeLLM(script) as fake:
+        # "weather" does not match: the first response that matches is the generic one
+        assert _text_of(_sse(_post(fake, _request("hello"))[2])) == "Generic answer."
+        assert _text_of(_sse(_post(fake, _request("what is the weather?"))[2])) == ("It is sunny.")
+        tool_result = _request()
+        tool_result["messages"] = [
+            {"role": "user", "content": "read it"},
+            {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "the file contents"}
+                ],
+            },
+        ]
+        assert _text_of(_sse(_post(fake, tool_result)[2])) == "Thanks for the file."
+        assert fake.served == 3
+        assert fake.remaining == 0
+
+
+def test_exhausted_script_replies_with_text_and_counts() -> None:
+    with FakeLLM(parse_script("responses: []")) as fake:
+        status, _, raw = _post(fake, _request())
+        assert status == 200
+        events = _sse(raw)
+        assert _text_of(events) == EXHAUSTED_TEXT
+        assert events[-2][1]["delta"]["stop_reason"] == "end_turn"
+        assert fake.exhausted == 1
+
+
+def test_exhausted_script_can_answer_an_error() -> None:
+    with FakeLLM(parse_script("on_exhausted: error\nresponses: []")) as fake:
+        status, headers, raw = _post(fake, _request())
+        assert status == 500
+        assert headers["x-should-retry"] == "false"
+        body = json.loads(raw)
+        assert body["type"] == "error"
+        assert body["error"]["type"] == "api_error"
+        assert fake.exhausted == 1
+
+
+def test_scripted_http_error() -> None:
+    script = parse_script(
+        "responses:\n  - error: {status: 529, type: overloaded_error, message: Overloaded}\n"
+    )
+    with FakeLLM(script) as fake:
+        status, _, raw = _post(fake, _request())
+        assert status == 529
+        assert json.loads(raw)["error"] == {"type": "overloaded_error", "message": "Overloaded"}
+
+
+def test_truncate_ends_the_body_without_message_stop() -> None:
+    script = parse_script("responses:\n  - truncate: true\n    blocks: [{text: partial}]\n")
+    with FakeLLM(script) as fake:
+        status, _, raw = _post(fake, _request())
+        names = [name for name, _ in _sse(raw)]
+        assert status == 200
+        assert "message_delta" in names
+        assert "message_stop" not in names
+
+
+def test_tool_ids_are_unique_across_responses() -> None:
+    script = parse_script(
+        """
+responses:
+  - blocks: [{tool_use: {name: a}}, {tool_use: {name: b}}]
+  - blocks: [{tool_use: {name: a}}]
+"""
+    )
+    with FakeLLM(script) as fake:
+        ids = []
+        for _ in range(2):
+            for name, data in _sse(_post(fake, _request())[2]):
+                if name == "content_block_start":
+                    ids.append(data["content_block"]["id"])
+        assert len(ids) == 3
+        assert len(set(ids)) == 3
+
+
+def test_non_streaming_request_gets_the_whole_message() -> None:
+    with FakeLLM(parse_script(TEXT_AND_TOOL)) as fake:
+        status, _, raw = _post(fake, _request(stream=False))
+        message = json.loads(raw)
+        assert status == 200
+        assert message["stop_reason"] == "tool_use"
+        assert message["content"][0] == {"type": "text", "text": "Let me read the file for you."}
+        assert message["content"][1]["input"] == {"path": "README.md", "lines": [1, 20]}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("responses:\n  - blocks: [{txt: hi}]\n", "unknown field `txt` - at `$.responses[0]"),
+        (
+            "responses:\n  - blocks: [{text: hi, tool_use: {name: x}}]\n",
+            "exactly one of `text` or `tool_use` - at `$.responses[0].blocks[0]`",
+        ),
+        ("responses:\n  - blocks: []\n", "non-empty `blocks`"),
+        ("responses:\n  - chunk: 0\n    blocks: [{text: hi}]\n", "`$.responses[0].chunk`"),
+        ("on_exhausted: explode\nresponses: []\n", "`$.on_exhausted`"),
+        ("{}\n", "missing required field `responses`"),
+        ("responses: [\n", "not valid YAML"),
+    ],
+)
+def test_bad_script_is_a_clear_error(text: str, expected: str) -> None:
+    with pytest.raises(ScriptError) as info:
+        parse_script(text)
+    assert expected in str(info.value)
+
+
+def test_load_script_names_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("responses:\n  - blocks: [{txt: hi}]\n")
+    with pytest.raises(ScriptError, match=r"bad\.yaml: invalid fake-LLM script"):
+        load_script(bad)
+    with pytest.raises(ScriptError, match=r"missing\.yaml: cannot read"):
+        load_script(tmp_path / "missing.yaml")
+    good = tmp_path / "good.yaml"
+    good.write_text(TEXT_AND_TOOL)
+    assert load_script(good).responses[0].chunk == 5
+
+
+def test_client_disconnect_mid_stream_is_noticed() -> None:
+    script = parse_script(
+        "responses:\n  - chunk: 1\n    delay_ms: 1000\n    blocks: [{text: 'a long slow answer'}]\n"
+    )
+    with FakeLLM(script) as fake:
+        sock = socket.create_connection(("127.0.0.1", fake.port), timeout=10)
+        body = json.dumps(_request()).encode()
+        sock.sendall(
+            b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        received = b""
+        while b"text_delta" not in received:
+            received += sock.recv(65536)
+        sock.close()  # the server is now pausing 1 s before the next delta
+        assert fake.wait_for_disconnects(1, timeout=5)
+        assert fake.completed == 0
+
+
+def test_command_serves_until_interrupted(tmp_path: Path) -> None:
+    script = tmp_path / "script.yaml"
+    script.write_text("responses:\n  - blocks: [{text: from the command}]\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "adapters.fake_llm", "--script", str(script), "--quiet"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:")
+        host, port = url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        conn.request("POST", "/v1/messages", json.dumps(_request()))
+        assert _text_of(_sse(conn.getresponse().read())) == "from the command"
+        conn.close()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_command_rejects_a_bad_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from adapters.fake_llm import main
+
+    script = tmp_path / "script.yaml"
+    script.write_text("responses: 3\n")
+    assert main(["--script", str(script)]) == 2
+    assert "script.yaml" in capsys.readouterr().err
