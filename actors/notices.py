@@ -13,7 +13,7 @@ ARG_PREVIEW = 80
 
 def _preview(tool_input: dict[str, Any]) -> str:
     parts = [f"{k}={v!r}" if not isinstance(v, str) else f"{k}={v}" for k, v in tool_input.items()]
-    text = ", ".join(parts)
+    text = " ".join(", ".join(parts).split())
     return text if len(text) <= ARG_PREVIEW else text[: ARG_PREVIEW - 1] + "…"
 
 

@@ -84,6 +84,11 @@ class AnthropicProvider:
     def __repr__(self) -> str:  # never show the key
         return f"AnthropicProvider(base_url={self._base_url!r}, timeout={self._timeout})"
 
+    def prepare(self) -> None:
+        """Import the SDK now (about 3 s), off the I/O loop, so the first model call does
+        not freeze the loop that carries every NATS message of the process."""
+        import anthropic  # noqa: F401
+
     def _client_for_loop(self) -> Any:
         """The SDK client for the running loop, created on first use in that loop."""
         loop = asyncio.get_running_loop()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 from typing import Any
 
 from actors.gatekeeper import GatekeeperActor
@@ -100,6 +101,11 @@ class Host:
 
     def _start(self) -> None:
         settings = self.settings
+        # The SDK import is slow (seconds): run it beside the rest of the start, and finish
+        # it before any actor can call the model, so it never freezes the bus loop.
+        prepare = getattr(self.provider, "prepare", None)
+        warm = threading.Thread(target=prepare or (lambda: None), name="prepare", daemon=True)
+        warm.start()
         if not settings.nats_url:
             self.nats = EmbeddedNats.from_settings(settings).start()
             self._stack.append(self.nats.stop)
@@ -120,6 +126,7 @@ class Host:
         self._stack.append(self.relay.stop)
         self.system = ActorSystem(self.bus, self.subjects)
         self._stack.append(self.system.stop_all)
+        warm.join()
         if self.start_actors:
             self._start_actors()
 

@@ -1,0 +1,309 @@
+"""The ``tether`` command line.
+
+Every command has ``--help``. Configuration comes from ``tether.toml`` and ``TETHER_*``
+environment variables (see ``tether config``); a bad value is reported as one line naming
+the key, never as a traceback. Slow imports (the anthropic SDK) happen only in the
+commands that call the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from adapters.config import ConfigError, Settings, load_settings_with_sources, render_settings
+
+EXIT_USAGE = 2
+
+NO_MODEL_HELP = """\
+tether: no model is configured.
+  To use the Anthropic API, set your key:      export ANTHROPIC_API_KEY=sk-ant-...
+  To use the local scripted model server:      tether fake-llm --script FILE &
+                                               export ANTHROPIC_BASE_URL=<the URL it prints>
+  (`tether demo` needs neither: it runs the bundled script.)"""
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings_with_sources(config_path=args.config).settings
+
+
+def _provider(settings: Settings) -> Any:
+    if not settings.anthropic_api_key and not settings.anthropic_base_url:
+        print(NO_MODEL_HELP, file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+    from adapters.anthropic_provider import AnthropicProvider
+
+    return AnthropicProvider(
+        api_key=settings.anthropic_api_key or None,
+        base_url=settings.anthropic_base_url or None,
+    )
+
+
+def _wait_for_signal() -> None:
+    """Block until SIGINT or SIGTERM."""
+    stop = threading.Event()
+
+    def handler(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    while not stop.wait(0.5):
+        pass
+
+
+# --- commands --------------------------------------------------------------------------
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    loaded = load_settings_with_sources(config_path=args.config)
+    print(render_settings(loaded.settings, loaded.sources))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from adapters.host import Host
+
+    settings = _settings(args)
+    provider = _provider(settings)
+    host = Host(settings, provider=provider)
+    host.start()
+    try:
+        print(
+            f"tether: serving on {host.nats_url} (namespace {host.subjects.namespace}); "
+            f"send UserMessage JSON to {host.subjects.inbox}; Ctrl-C stops",
+            flush=True,
+        )
+        _wait_for_signal()
+    finally:
+        host.stop()
+    print("tether: stopped", flush=True)
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from adapters.terminal import TerminalConnector
+
+    settings = _settings(args)
+    host: Any = None
+    if args.remote:
+        from adapters.nats_bus import NatsBus
+        from events.subjects import Subjects
+
+        url = settings.nats_url or _read_nats_url(settings)
+        bus: Any = NatsBus(url, name="tether-chat")
+        subjects = Subjects(settings.namespace)
+        close: Callable[[], None] = bus.close
+    else:
+        from adapters.host import Host
+
+        host = Host(settings, provider=_provider(settings)).start()
+        bus, subjects, close = host.bus, host.subjects, host.stop
+    terminal = TerminalConnector(bus, subjects, workspace=settings.workspace)
+    terminal.session_id = args.session or ""
+    print("tether chat: type a message, Enter to send; Ctrl-D or /quit to leave.", flush=True)
+    try:
+        while True:
+            try:
+                text = input("you> ").strip()
+            except EOFError:
+                break
+            if not text:
+                continue
+            if text in ("/quit", "/exit"):
+                break
+            terminal.say(text)
+            terminal.print_turn(timeout=args.timeout)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        terminal.close()
+        close()
+    if terminal.session_id:
+        print(f"\nsession {terminal.session_id}; continue with: tether chat --session "
+              f"{terminal.session_id}")
+    return 0
+
+
+def _read_nats_url(settings: Settings) -> str:
+    path = os.path.join(settings.state_dir, "nats.url")
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        raise ConfigError(
+            "no engine found: set TETHER_NATS_URL or start `tether serve` first "
+            f"(it writes {path})"
+        ) from None
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from adapters.demo import run_demo
+
+    return run_demo(_settings(args))
+
+
+def _open_store(settings: Settings) -> Any:
+    from adapters.store import open_application
+
+    return open_application(settings)
+
+
+def _resolve(app: Any, view_rows: list[Any], ref: str) -> str:
+    if app.session(ref) is not None:
+        return ref
+    for row in view_rows:
+        if row.name == ref:
+            return str(row.session_id)
+    raise ConfigError(f"no session with id or name {ref!r}; `tether sessions` lists them")
+
+
+def _view(settings: Settings, app: Any) -> list[Any]:
+    from adapters.store import store_env
+    from projections.follower import Follower
+    from projections.session_view import SessionView
+
+    view = SessionView(app, {**store_env(settings, "views"), "CREATE_TABLE": "true"})
+    try:
+        Follower(app, name="cli", position=view.position, consume=view.consume).catch_up()
+        return view.rows()
+    finally:
+        view.close()
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    from adapters.render import render_sessions
+
+    settings = _settings(args)
+    app = _open_store(settings)
+    try:
+        print(render_sessions(_view(settings, app)))
+    finally:
+        app.close()
+    return 0
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    from adapters.render import render_timeline
+
+    settings = _settings(args)
+    app = _open_store(settings)
+    try:
+        sid = _resolve(app, _view(settings, app), args.session)
+        events = app.session_events(sid)
+        if args.json:
+            import msgspec
+
+            for e in events:
+                data = {k: v for k, v in vars(e).items() if k != "originator_id"}
+                data["event"] = type(e).__name__
+                print(msgspec.json.encode(data).decode())
+        else:
+            print(render_timeline(events))
+    finally:
+        app.close()
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from adapters.render import render_session
+
+    settings = _settings(args)
+    app = _open_store(settings)
+    try:
+        sid = _resolve(app, _view(settings, app), args.session)
+        session = app.session(sid, version=args.until)
+        if session is None:
+            raise ConfigError(f"session {sid} has no events")
+        if args.until is not None and args.until > session.version:
+            print(f"(the session has only {session.version} events)")
+        print(render_session(session))
+    finally:
+        app.close()
+    return 0
+
+
+def cmd_fake_llm(args: argparse.Namespace, rest: list[str]) -> int:
+    from adapters.fake_llm import main as fake_llm_main
+
+    return fake_llm_main(rest)
+
+
+# --- parser ----------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every command."""
+    parser = argparse.ArgumentParser(
+        prog="tether",
+        description="Run LLM coding-agent sessions as event-sourced actors over NATS.",
+        epilog="Configuration: tether.toml and TETHER_* variables; `tether config` shows them.",
+    )
+    parser.add_argument("--config", metavar="FILE", help="settings file (default ./tether.toml)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what the engine does")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, helptext: str, func: Callable[..., int]) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=helptext, description=helptext)
+        p.set_defaults(func=func)
+        return p
+
+    add("config", "print the effective settings (secrets masked) and where each came from",
+        cmd_config)
+    add("serve", "run the engine (actors, relay, projections) until Ctrl-C or SIGTERM", cmd_serve)
+    chat = add("chat", "chat in the terminal: type a message, watch the reply stream in",
+               cmd_chat)
+    chat.add_argument("--session", metavar="ID", help="continue this session")
+    chat.add_argument("--remote", action="store_true",
+                      help="talk to an engine already serving (TETHER_NATS_URL or the one "
+                           "`tether serve` started) instead of running one in this process")
+    chat.add_argument("--timeout", type=float, default=300.0,
+                      help="seconds to wait for a turn (default %(default)s)")
+    add("demo", "run a short scripted conversation that shows every actor, then print the "
+        "session view and its event timeline", cmd_demo)
+    add("sessions", "list sessions from the session view", cmd_sessions)
+    events = add("events", "print a session's stored event timeline", cmd_events)
+    events.add_argument("session", help="session id or name")
+    events.add_argument("--json", action="store_true", help="one JSON object per event")
+    replay = add("replay", "show a session as it stood after event N", cmd_replay)
+    replay.add_argument("session", help="session id or name")
+    replay.add_argument("--until", type=int, metavar="N", help="event number (default: latest)")
+    fake = sub.add_parser(
+        "fake-llm", help="serve scripted model responses (Anthropic streaming format)",
+        add_help=False,
+    )
+    fake.set_defaults(func=None)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``tether`` command."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if "fake-llm" in argv:
+        index = argv.index("fake-llm")
+        args = parser.parse_args(argv[: index + 1])
+        return cmd_fake_llm(args, argv[index + 1 :])
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        result: int = args.func(args)
+        return result
+    except ConfigError as exc:
+        print(f"tether: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Plain-text rendering of sessions and timelines for the command line. Pure functions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from events.messages import SessionSummary, TextBlock, ToolResultBlock, ToolUseBlock
+from events.session import Session
+
+WIDTH = 100
+
+
+def _clip(text: str, width: int = WIDTH) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render_sessions(rows: list[SessionSummary]) -> str:
+    """The session view as a table."""
+    if not rows:
+        return "no sessions yet"
+    header = f"{'ID':<18} {'NAME':<24} {'STATUS':<10} {'TURNS':>5} {'TOKENS':>9} {'COST':>9}  LAST"
+    lines = [header]
+    for r in rows:
+        tokens = r.input_tokens + r.output_tokens
+        lines.append(
+            f"{r.session_id:<18} {_clip(r.name, 24):<24} {r.status:<10} {r.turns:>5} "
+            f"{tokens:>9} {r.cost_usd:>9.4f}  {r.last_activity}"
+        )
+    return "\n".join(lines)
+
+
+def event_summary(name: str, data: dict[str, Any]) -> str:
+    """One line saying what a stored event means."""
+    if name == "Created":
+        return f"session {data.get('name')!r} in {data.get('workspace')}"
+    if name == "UserMessageReceived":
+        return f"{data.get('user')}@{data.get('channel')}: {_clip(str(data.get('text')), 70)}"
+    if name == "AssistantMessageAppended":
+        parts = []
+        for block in data.get("content", []):
+            if isinstance(block, TextBlock):
+                parts.append(_clip(block.text, 50))
+            elif isinstance(block, ToolUseBlock):
+                parts.append(f"tool_use {block.name}")
+        return f"[{data.get('stop_reason')}] " + " | ".join(parts)
+    if name == "ToolCallProposed":
+        return f"{data.get('tool')} {_clip(str(data.get('tool_input')), 60)}"
+    if name == "ToolCallDecided":
+        return f"{data.get('decision')} by {data.get('tier')}: {_clip(str(data.get('reason')), 60)}"
+    if name == "ToolCallExecuted":
+        mark = "error" if data.get("is_error") else "ok"
+        return f"{data.get('tool')} {mark}: {_clip(str(data.get('output')), 60)}"
+    if name == "ToolCallRefused":
+        return _clip(str(data.get("reason")), 80)
+    if name == "TtsrInterrupted":
+        rules = ", ".join(data.get("rules", []))
+        return f"rules {rules} interrupted generation {data.get('generation')}"
+    if name == "StatusChanged":
+        return f"-> {data.get('status')} ({data.get('reason')})"
+    if name == "TurnCompleted":
+        usage = data.get("usage")
+        tokens = f"{usage.input_tokens}+{usage.output_tokens} tokens" if usage else ""
+        cost = data.get("cost_usd", 0.0)
+        return f"{data.get('rounds')} round(s), {tokens}, ${cost:.4f}, {data.get('stop')}"
+    if name in ("TurnFailed", "ActorFailed"):
+        return _clip(str(data.get("error")), 80)
+    return ""
+
+
+def render_timeline(events: list[Any]) -> str:
+    """A session's stored events, one line each: version, time, name, summary."""
+    lines = []
+    for e in events:
+        data = {k: v for k, v in vars(e).items() if k not in ("originator_id", "timestamp")}
+        stamp = e.timestamp.strftime("%H:%M:%S.%f")[:-3]
+        name = type(e).__name__
+        lines.append(f"{e.originator_version:>4}  {stamp}  {name:<25} {event_summary(name, data)}")
+    return "\n".join(lines)
+
+
+def render_session(session: Session) -> str:
+    """A session as it stands: header, totals and the conversation."""
+    lines = [
+        f"session {session.session_id} ({session.name}) at event {session.version}",
+        f"  status {session.status}, {session.turns} turn(s), "
+        f"{session.input_tokens}+{session.output_tokens} tokens, ${session.cost_usd:.4f}",
+        f"  workspace {session.workspace}, model {session.model}",
+    ]
+    for turn in session.history:
+        for block in turn.content:
+            if isinstance(block, TextBlock):
+                lines.append(f"  {turn.role:>9}: {_clip(block.text, 85)}")
+            elif isinstance(block, ToolUseBlock):
+                lines.append(f"  {'tool_use':>9}: {block.name} {_clip(str(block.input), 70)}")
+            elif isinstance(block, ToolResultBlock):
+                mark = "error" if block.is_error else "result"
+                lines.append(f"  {mark:>9}: {_clip(block.content, 85)}")
+    return "\n".join(lines)

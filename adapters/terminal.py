@@ -1,0 +1,102 @@
+"""The terminal connector: type a message, watch the reply stream in.
+
+It is an ordinary bus client: it publishes UserMessages on ``<ns>.inbox`` with its own
+channel name and prints what arrives on ``<ns>.channel.<channel>.out``. A turn ends at its
+``completed`` or ``failed`` notice.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+from typing import TextIO
+
+from actors.ports import Bus
+from actors.runtime import ask
+from events.codec import DecodeFailure, Decoder
+from events.messages import Accepted, ChannelMessage, UserMessage
+from events.subjects import Subjects
+
+TURN_END = ("completed", "failed")
+
+
+class TerminalConnector:
+    """A chat channel printed to a text stream."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        subjects: Subjects,
+        *,
+        channel: str | None = None,
+        out: TextIO | None = None,
+        workspace: str = "",
+    ) -> None:
+        self.bus = bus
+        self.subjects = subjects
+        self.channel = channel or f"terminal-{os.getpid()}"
+        self.out = out or sys.stdout
+        self.workspace = workspace
+        self.session_id = ""
+        self.inbox: queue.Queue[ChannelMessage] = queue.Queue()
+        decoder: Decoder[ChannelMessage] = Decoder(ChannelMessage)
+
+        def on_message(data: bytes) -> None:
+            try:
+                self.inbox.put(decoder.decode(data))
+            except DecodeFailure:
+                pass
+
+        self._sub = bus.subscribe(subjects.channel_out(self.channel), lambda m: on_message(m.data))
+
+    def say(self, text: str, timeout: float = 10.0) -> str:
+        """Send a message (continuing the current session) and return the session id."""
+        accepted = ask(
+            self.bus,
+            self.subjects.inbox,
+            UserMessage(
+                text=text,
+                channel=self.channel,
+                session_id=self.session_id,
+                workspace=self.workspace,
+            ),
+            Accepted,
+            timeout=timeout,
+        )
+        self.session_id = accepted.session_id
+        return self.session_id
+
+    def print_turn(self, timeout: float = 120.0) -> ChannelMessage:
+        """Print the session's messages until the turn ends; returns the last notice."""
+        streaming = False
+        while True:
+            try:
+                msg = self.inbox.get(timeout=timeout)
+            except queue.Empty:
+                self._line(f"[no answer within {timeout:g} s]")
+                raise TimeoutError(f"no answer within {timeout:g} s") from None
+            if msg.kind == "stream":
+                if not streaming:
+                    self.out.write("assistant> ")
+                    streaming = True
+                self.out.write(msg.text)
+                self.out.flush()
+                continue
+            if streaming:
+                self.out.write("\n")
+                streaming = False
+            if msg.kind == "reply":
+                continue  # already shown as it streamed
+            prefix = {"tool": "  ", "interrupted": "  ! ", "failed": "  x "}.get(msg.kind, "  ")
+            self._line(f"{prefix}[{msg.kind}] {msg.text}")
+            if msg.kind in TURN_END or (msg.kind == "error"):
+                return msg
+
+    def _line(self, text: str) -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def close(self) -> None:
+        """Stop listening."""
+        self._sub.close()

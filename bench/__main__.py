@@ -1,0 +1,60 @@
+"""Run every benchmark: ``python -m bench [--quick] [--nats URL] [--only NAME]``.
+
+NATS comes from ``--nats``, else ``TETHER_NATS_URL``, else an embedded ``nats-server`` started
+in a temporary directory for the run and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from bench import append, ask
+from bench.common import nats_server, say
+
+BENCHMARKS = ("ask", "append")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line, run the chosen benchmarks and print a closing summary."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Tether's benchmarks, each against a raw baseline run in the same process "
+        "(raw nats-py, raw eventsourcing). They print figures and ratios; they assert nothing.",
+    )
+    parser.add_argument("--quick", action="store_true", help="small N, for smoke runs")
+    parser.add_argument(
+        "--nats",
+        metavar="URL",
+        default=None,
+        help="NATS server to use (default: TETHER_NATS_URL, else an embedded nats-server)",
+    )
+    parser.add_argument(
+        "--only",
+        choices=BENCHMARKS,
+        action="append",
+        help="run only this benchmark (may be repeated)",
+    )
+    args = parser.parse_args(argv)
+    chosen = args.only or list(BENCHMARKS)
+    say(f"python {sys.version.split()[0]}, mode: {'quick' if args.quick else 'full'}")
+    summary: list[str] = []
+    if "ask" in chosen:
+        with nats_server(args.nats) as url:
+            say()
+            result = ask.run(url, quick=args.quick)
+            summary.append(f"RATIO ask tether/raw = {result.ratio:.2f}")
+    if "append" in chosen:
+        say()
+        appended = append.run(quick=args.quick)
+        summary.append(f"RATIO append tether/raw = {appended.ratio:.2f}")
+    say()
+    say("== summary")
+    for line in summary:
+        say(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

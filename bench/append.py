@@ -1,0 +1,451 @@
+"""A session turn's event append, Tether vs raw eventsourcing, on SQLite; and replay.
+
+* **tether**: what one session turn records (Created, UserMessageReceived,
+  AssistantMessageAppended with a tool_use, ToolCallProposed, ToolCallDecided,
+  ToolCallExecuted, AssistantMessageAppended, TurnCompleted, StatusChanged) on the real
+  :class:`events.session.Session` aggregate, saved as ``actors/session.py`` does, one
+  ``app.save(session)`` after each step, through :class:`events.application.TetherApplication`
+  (typed :class:`events.mapper.MsgspecMapper`) on a temporary SQLite file.
+* **raw**: a plain ``eventsourcing.application.Application`` (default mapper and JSON
+  transcoder) and a minimal Aggregate recording the same nine events with payloads of similar
+  size (plain dicts and strings), one save per event, on its own temporary SQLite file.
+* **replay**: a 1000-event session rebuilt with :meth:`TetherApplication.session` (plain-loop
+  projector) vs the library's default ``repository.get`` on the same store, and the raw
+  aggregate's 1000 events with ``repository.get`` on the raw application.
+
+Prints turns/s and events/s for both and ``RATIO append tether/raw = X.XX`` (time per turn of
+tether over time per turn of raw, so above 1 means tether is slower, as for ``ask``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from eventsourcing.application import Application
+from eventsourcing.domain import Aggregate, event
+
+from bench.common import Printer, ratio, say, table
+from events.application import TetherApplication
+from events.messages import TextBlock, ToolUseBlock, Usage
+from events.session import Session, session_uuid
+
+FULL_TURNS = 400
+FULL_WARMUP = 20
+QUICK_TURNS = 15
+QUICK_WARMUP = 3
+EVENTS_PER_TURN = 9
+REPLAY_EVENTS = 1000
+FULL_REPLAY_REPEATS = 15
+QUICK_REPLAY_REPEATS = 3
+
+# Payloads of a realistic small turn (the same text for both sides).
+USER_TEXT = "Please read src/app/main.py and tell me why the tests fail on startup. " * 2
+ASSISTANT_TEXT = "I'll read the file to see how the application starts up. " * 2
+FINAL_TEXT = (
+    "The startup fails because the configuration is loaded before the environment "
+    "variables are read; move load_settings() below the dotenv call. " * 3
+)
+TOOL_OUTPUT = "\n".join(f"{i:4d}  def handler_{i}(request): return respond(request)" for i in range(20))
+TOOL_INPUT: dict[str, Any] = {"path": "src/app/main.py"}
+ACTION_HASH = "9f2c" * 16
+CALL_ID = "toolu_01A09q90qw90lq917835lq9"
+
+
+def tether_app(db_path: str) -> TetherApplication:
+    """A TetherApplication on its own SQLite file (tables created)."""
+    return TetherApplication(
+        env={
+            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "SQLITE_DBNAME": db_path,
+            "SQLITE_LOCK_TIMEOUT": "30",
+            "CREATE_TABLE": "true",
+        }
+    )
+
+
+def tether_steps(session_id: str) -> list[Callable[[Session | None], Session]]:
+    """The nine steps of one turn; each records one event on the Session aggregate."""
+
+    def created(_: Session | None) -> Session:
+        return Session(
+            session_id=session_id,
+            name="bench session",
+            workspace="/home/user/projects/app",
+            model="claude-sonnet-4-6",
+            channel="terminal",
+        )
+
+    def step(apply: Callable[[Session], None]) -> Callable[[Session | None], Session]:
+        def go(session: Session | None) -> Session:
+            assert session is not None
+            apply(session)
+            return session
+
+        return go
+
+    return [
+        created,
+        step(lambda s: s.receive_user_message(text=USER_TEXT, channel="terminal", user="user")),
+        step(lambda s: s.append_assistant_message(
+            content=[TextBlock(ASSISTANT_TEXT), ToolUseBlock(CALL_ID, "read_file", TOOL_INPUT)],
+            stop_reason="tool_use", usage=Usage(1200, 80), generation=1,
+        )),
+        step(lambda s: s.propose_tool_call(
+            call_id=CALL_ID, tool="read_file", tool_input=TOOL_INPUT, action_hash=ACTION_HASH
+        )),
+        step(lambda s: s.decide_tool_call(
+            call_id=CALL_ID, decision="allow", reason="read-only tool", tier="policy"
+        )),
+        step(lambda s: s.record_tool_result(
+            call_id=CALL_ID, tool="read_file", output=TOOL_OUTPUT, is_error=False
+        )),
+        step(lambda s: s.append_assistant_message(
+            content=[TextBlock(FINAL_TEXT)], stop_reason="end_turn", usage=Usage(2400, 150),
+            generation=2,
+        )),
+        step(lambda s: s.complete_turn(
+            rounds=2, usage=Usage(3600, 230), cost_usd=0.0143, stop="end_turn"
+        )),
+        step(lambda s: s.change_status(status="waiting", reason="waiting for input")),
+    ]
+
+
+# --- the raw baseline --------------------------------------------------------------------
+
+
+class RawSession(Aggregate):
+    """A minimal aggregate recording the same nine events with plain payloads."""
+
+    @event("Created")
+    def __init__(self, name: str, workspace: str, model: str, channel: str) -> None:
+        self.status = "starting"
+        self.count = 0
+
+    @event("UserMessageReceived")
+    def receive_user_message(self, text: str, channel: str, user: str) -> None:
+        self.count += 1
+
+    @event("AssistantMessageAppended")
+    def append_assistant_message(
+        self, content: list[dict[str, Any]], stop_reason: str, usage: dict[str, int],
+        generation: int,
+    ) -> None:
+        self.count += 1
+
+    @event("ToolCallProposed")
+    def propose_tool_call(
+        self, call_id: str, tool: str, tool_input: dict[str, Any], action_hash: str
+    ) -> None:
+        self.count += 1
+
+    @event("ToolCallDecided")
+    def decide_tool_call(self, call_id: str, decision: str, reason: str, tier: str) -> None:
+        self.count += 1
+
+    @event("ToolCallExecuted")
+    def record_tool_result(self, call_id: str, tool: str, output: str, is_error: bool) -> None:
+        self.count += 1
+
+    @event("TurnCompleted")
+    def complete_turn(
+        self, rounds: int, usage: dict[str, int], cost_usd: float, stop: str
+    ) -> None:
+        self.count += 1
+
+    @event("StatusChanged")
+    def change_status(self, status: str, reason: str) -> None:
+        self.status = status
+
+
+class RawApplication(Application[uuid.UUID]):
+    """A plain eventsourcing application: default mapper and JSON transcoder."""
+
+    name = "rawbench"
+
+
+def raw_app(db_path: str) -> RawApplication:
+    """A RawApplication on its own SQLite file (tables created)."""
+    return RawApplication(
+        env={
+            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "SQLITE_DBNAME": db_path,
+            "SQLITE_LOCK_TIMEOUT": "30",
+            "CREATE_TABLE": "true",
+        }
+    )
+
+
+def raw_steps() -> list[Callable[[RawSession | None], RawSession]]:
+    """The nine steps of one raw turn, payloads as plain dicts of the same size."""
+
+    def created(_: RawSession | None) -> RawSession:
+        return RawSession(
+            name="bench session", workspace="/home/user/projects/app",
+            model="claude-sonnet-4-6", channel="terminal",
+        )
+
+    def step(apply: Callable[[RawSession], None]) -> Callable[[RawSession | None], RawSession]:
+        def go(agg: RawSession | None) -> RawSession:
+            assert agg is not None
+            apply(agg)
+            return agg
+
+        return go
+
+    return [
+        created,
+        step(lambda a: a.receive_user_message(text=USER_TEXT, channel="terminal", user="user")),
+        step(lambda a: a.append_assistant_message(
+            content=[
+                {"type": "text", "text": ASSISTANT_TEXT},
+                {"type": "tool_use", "id": CALL_ID, "name": "read_file", "input": TOOL_INPUT},
+            ],
+            stop_reason="tool_use", usage={"input_tokens": 1200, "output_tokens": 80},
+            generation=1,
+        )),
+        step(lambda a: a.propose_tool_call(
+            call_id=CALL_ID, tool="read_file", tool_input=TOOL_INPUT, action_hash=ACTION_HASH
+        )),
+        step(lambda a: a.decide_tool_call(
+            call_id=CALL_ID, decision="allow", reason="read-only tool", tier="policy"
+        )),
+        step(lambda a: a.record_tool_result(
+            call_id=CALL_ID, tool="read_file", output=TOOL_OUTPUT, is_error=False
+        )),
+        step(lambda a: a.append_assistant_message(
+            content=[{"type": "text", "text": FINAL_TEXT}], stop_reason="end_turn",
+            usage={"input_tokens": 2400, "output_tokens": 150}, generation=2,
+        )),
+        step(lambda a: a.complete_turn(
+            rounds=2, usage={"input_tokens": 3600, "output_tokens": 230}, cost_usd=0.0143,
+            stop="end_turn",
+        )),
+        step(lambda a: a.change_status(status="waiting", reason="waiting for input")),
+    ]
+
+
+# --- measuring ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AppendStats:
+    """Turns appended, events recorded and the wall time they took."""
+
+    turns: int
+    events: int
+    seconds: float
+
+    @property
+    def turns_per_s(self) -> float:
+        """Turns recorded per second."""
+        return ratio(self.turns, self.seconds)
+
+    @property
+    def events_per_s(self) -> float:
+        """Events (= saves) recorded per second."""
+        return ratio(self.events, self.seconds)
+
+    @property
+    def us_per_event(self) -> float:
+        """Mean time per event (one save each), microseconds."""
+        return ratio(self.seconds * 1e6, self.events)
+
+
+@dataclass(frozen=True)
+class ReplayStats:
+    """Median time to rebuild a ``events``-event aggregate, milliseconds."""
+
+    events: int
+    median_ms: float
+    min_ms: float
+
+
+@dataclass(frozen=True)
+class AppendResults:
+    """Everything the append benchmark measured."""
+
+    tether: AppendStats
+    raw: AppendStats
+    replay_tether: ReplayStats
+    replay_default: ReplayStats
+    replay_raw: ReplayStats
+
+    @property
+    def ratio(self) -> float:
+        """Time per turn of tether over raw (above 1: tether is slower)."""
+        return ratio(self.raw.turns_per_s, self.tether.turns_per_s)
+
+
+def _append_turns(
+    app: Application[uuid.UUID], make_steps: Callable[[int], list[Callable[[Any], Any]]],
+    first: int, turns: int,
+) -> AppendStats:
+    events = 0
+    started = time.perf_counter()
+    for i in range(first, first + turns):
+        aggregate: Any = None
+        for apply in make_steps(i):
+            aggregate = apply(aggregate)
+            app.save(aggregate)
+            events += 1
+    return AppendStats(turns=turns, events=events, seconds=time.perf_counter() - started)
+
+
+def bench_tether_append(app: TetherApplication, turns: int, warmup: int) -> AppendStats:
+    """Record ``turns`` whole turns (one new session each, nine saves) after ``warmup``."""
+
+    def steps(i: int) -> list[Callable[[Any], Any]]:
+        return list(tether_steps(f"bench{i:07d}"))
+
+    _append_turns(app, steps, 0, warmup)
+    return _append_turns(app, steps, warmup, turns)
+
+
+def bench_raw_append(app: RawApplication, turns: int, warmup: int) -> AppendStats:
+    """Record ``turns`` raw turns (one new aggregate each, nine saves) after ``warmup``."""
+
+    def steps(_: int) -> list[Callable[[Any], Any]]:
+        return list(raw_steps())
+
+    _append_turns(app, steps, 0, warmup)
+    return _append_turns(app, steps, warmup, turns)
+
+
+def _build_long(app: Application[uuid.UUID], steps: Sequence[Callable[[Any], Any]],
+                events: int, batch: int = 100) -> Any:
+    """Record ``events`` events on one aggregate (Created, then the other steps in turn)."""
+    aggregate = steps[0](None)
+    recorded = 1
+    cycle = list(steps[1:])
+    while recorded < events:
+        aggregate = cycle[(recorded - 1) % len(cycle)](aggregate)
+        recorded += 1
+        if recorded % batch == 0:
+            app.save(aggregate)
+    app.save(aggregate)
+    return aggregate
+
+
+def _time_replay(get: Callable[[], Any], events: int, repeats: int) -> ReplayStats:
+    get()  # warm the decoders and the page cache
+    samples: list[float] = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        aggregate = get()
+        samples.append((time.perf_counter() - t0) * 1000.0)
+        if aggregate.version != events:
+            raise RuntimeError(f"replayed version {aggregate.version}, expected {events}")
+    return ReplayStats(events, statistics.median(samples), min(samples))
+
+
+def bench_replay(
+    tapp: TetherApplication, rapp: RawApplication, events: int, repeats: int
+) -> tuple[ReplayStats, ReplayStats, ReplayStats]:
+    """Replay an ``events``-event session three ways: tether, library default, raw."""
+    session_id = "benchreplay"
+    _build_long(tapp, tether_steps(session_id), events)
+    raw_aggregate = _build_long(rapp, raw_steps(), events)
+    sid_uuid = session_uuid(session_id)
+    tether = _time_replay(lambda: tapp.session(session_id), events, repeats)
+    default = _time_replay(lambda: tapp.repository.get(sid_uuid), events, repeats)
+    raw = _time_replay(lambda: rapp.repository.get(raw_aggregate.id), events, repeats)
+    return tether, default, raw
+
+
+def run(quick: bool = False, out: Printer = say) -> AppendResults:
+    """Run the append and replay benchmarks on temporary SQLite files; print the tables."""
+    turns, warmup = (QUICK_TURNS, QUICK_WARMUP) if quick else (FULL_TURNS, FULL_WARMUP)
+    repeats = QUICK_REPLAY_REPEATS if quick else FULL_REPLAY_REPEATS
+    out(
+        f"== append: one session turn ({EVENTS_PER_TURN} events, one save each) on SQLite, "
+        f"Tether vs raw eventsourcing (turns={turns}, warm-up {warmup})"
+    )
+    with tempfile.TemporaryDirectory(prefix="tether-bench-store-") as folder:
+        tapp = tether_app(os.path.join(folder, "tether.db"))
+        rapp = raw_app(os.path.join(folder, "raw.db"))
+        try:
+            raw = bench_raw_append(rapp, turns, warmup)
+            tether = bench_tether_append(tapp, turns, warmup)
+            replay_tether, replay_default, replay_raw = bench_replay(
+                tapp, rapp, REPLAY_EVENTS, repeats
+            )
+            turn_events = (warmup + turns) * EVENTS_PER_TURN
+            tether_bytes = _mean_stored_size(tapp, turn_events)
+            raw_bytes = _mean_stored_size(rapp, turn_events)
+        finally:
+            tapp.close()
+            rapp.close()
+    results = AppendResults(tether, raw, replay_tether, replay_default, replay_raw)
+
+    def row(name: str, s: AppendStats, size: float) -> list[str]:
+        return [
+            name, f"{s.turns_per_s:,.0f}", f"{s.events_per_s:,.0f}", f"{s.us_per_event:.0f}",
+            f"{size:.0f}",
+        ]
+
+    for line in table(
+        ["case", "turns/s", "events/s", "us/event", "bytes/event"],
+        [
+            row("tether (Session, MsgspecMapper)", tether, tether_bytes),
+            row("raw eventsourcing (default mapper)", raw, raw_bytes),
+        ],
+    ):
+        out(line)
+    out("")
+    out(f"replay of a {REPLAY_EVENTS}-event session (median of {repeats}):")
+
+    def rrow(name: str, r: ReplayStats) -> list[str]:
+        return [name, f"{r.median_ms:.1f}", f"{r.min_ms:.1f}", f"{r.median_ms * 1000 / r.events:.1f}"]
+
+    for line in table(
+        ["case", "median ms", "min ms", "us/event"],
+        [
+            rrow("TetherApplication.session", replay_tether),
+            rrow("tether store, default repository.get", replay_default),
+            rrow("raw app, default repository.get", replay_raw),
+        ],
+    ):
+        out(line)
+    out(
+        "replay tether/default = "
+        f"{ratio(replay_tether.median_ms, replay_default.median_ms):.2f}, "
+        f"tether/raw = {ratio(replay_tether.median_ms, replay_raw.median_ms):.2f}"
+    )
+    out("ratio = time per turn of tether / time per turn of raw (above 1: tether is slower)")
+    out(f"RATIO append tether/raw = {results.ratio:.2f}")
+    return results
+
+
+def _mean_stored_size(app: Application[uuid.UUID], limit: int) -> float:
+    """Mean size of the stored ``state`` of the first ``limit`` events (the turns), bytes."""
+    notifications = app.recorder.select_notifications(start=1, limit=limit)
+    if not notifications:
+        return 0.0
+    return statistics.fmean(len(n.state) for n in notifications)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: ``python -m bench.append [--quick]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.append",
+        description="A session turn's event append and a 1000-event replay, Tether vs raw "
+        "eventsourcing, on SQLite.",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help=f"small N ({QUICK_TURNS} turns) for smoke runs"
+    )
+    args = parser.parse_args(argv)
+    run(quick=args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,56 @@
+"""Smoke runs of the benchmarks in ``--quick`` mode: they complete and print their ratios.
+
+No timing is asserted: figures depend on the machine. Each benchmark runs in its own
+interpreter, as a user runs it, against the test session's NATS server.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RATIO = r"RATIO {} tether/raw = \d+\.\d\d$"
+
+
+def run_bench(*args: str) -> str:
+    """Run ``python -m <args>`` from the project root; return stdout (fails on exit != 0)."""
+    env = dict(os.environ)
+    env.pop("TETHER_NATS_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def test_ask_quick_prints_its_ratio(nats_url: str) -> None:
+    out = run_bench("bench.ask", "--quick", "--nats", nats_url)
+    assert re.search(RATIO.format("ask"), out, re.MULTILINE), out
+    assert "tether ask" in out and "raw nats-py" in out
+
+
+def test_append_quick_prints_its_ratio() -> None:
+    out = run_bench("bench.append", "--quick")
+    assert re.search(RATIO.format("append"), out, re.MULTILINE), out
+    assert "TetherApplication.session" in out
+
+
+def test_all_benchmarks_quick(nats_url: str) -> None:
+    out = run_bench("bench", "--quick", "--nats", nats_url)
+    for name in ("ask", "append"):
+        assert re.search(RATIO.format(name), out, re.MULTILINE), out
+
+
+def test_help_describes_the_options() -> None:
+    out = run_bench("bench", "--help")
+    assert "--quick" in out and "--nats" in out

@@ -1,0 +1,273 @@
+"""The typed mapper through a real store: what is saved comes back the same, typed."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgspec
+import pytest
+from eventsourcing.domain import Aggregate, event
+from eventsourcing.persistence import StoredEvent
+
+from adapters.config import Settings
+from adapters.store import open_application
+from events.application import TetherApplication
+from events.messages import TextBlock, ToolResultBlock, ToolUseBlock, Usage
+from events.session import Session, Turn, session_uuid
+
+
+@pytest.fixture
+def app(database_url: str, make_settings: Callable[..., Settings]) -> Iterator[TetherApplication]:
+    application = open_application(make_settings(database_url=database_url))
+    try:
+        yield application
+    finally:
+        application.close()
+
+
+def full_session(sid: str = "abc123") -> Session:
+    """A session that has recorded every kind of Session event once (or more)."""
+    s = Session(session_id=sid, name="fix-login-bug", workspace="/ws", model="claude-sonnet-4",
+                channel="terminal")
+    s.change_status(status="running", reason="user message")
+    s.receive_user_message(text="fix the login bug", channel="web", user="ana")
+    s.append_assistant_message(
+        content=[
+            TextBlock("Looking."),
+            ToolUseBlock(id="tu_1", name="read_file", input={"path": "a.py", "lines": [1, 2]}),
+            ToolUseBlock(id="tu_2", name="shell", input={"cmd": "rm -rf /"}),
+        ],
+        stop_reason="tool_use",
+        usage=Usage(input_tokens=120, output_tokens=30),
+        generation=1,
+    )
+    s.propose_tool_call(call_id="tu_1", tool="read_file", tool_input={"path": "a.py"},
+                        action_hash="h1")
+    s.decide_tool_call(call_id="tu_1", decision="allow", reason="read only", tier="policy")
+    s.record_tool_result(call_id="tu_1", tool="read_file", output="print('hi')", is_error=False)
+    s.propose_tool_call(call_id="tu_2", tool="shell", tool_input={"cmd": "rm -rf /"},
+                        action_hash="h2")
+    s.decide_tool_call(call_id="tu_2", decision="deny", reason="destructive", tier="policy")
+    s.refuse_tool_call(call_id="tu_2", reason="destructive")
+    s.record_ttsr_interruption(rules=["no-rm"], reminder="Never delete the root.", generation=2,
+                               partial_text="I will now", source="text")
+    s.append_assistant_message(content=[TextBlock("Fixed.")], stop_reason="end_turn",
+                               usage=Usage(input_tokens=200, output_tokens=15), generation=3)
+    s.complete_turn(rounds=2, usage=Usage(input_tokens=320, output_tokens=45), cost_usd=0.0123,
+                    stop="end_turn")
+    s.fail_turn(error="provider timed out")
+    s.record_actor_failure(error="boom")
+    s.change_status(status="completed", reason="done")
+    return s
+
+
+SESSION_EVENT_NAMES = {
+    "Created", "UserMessageReceived", "AssistantMessageAppended", "ToolCallProposed",
+    "ToolCallDecided", "ToolCallExecuted", "ToolCallRefused", "TtsrInterrupted",
+    "StatusChanged", "TurnCompleted", "TurnFailed", "ActorFailed",
+}
+
+
+def test_fixture_session_covers_every_session_event() -> None:
+    declared = {
+        name for name, value in vars(Session).items()
+        if isinstance(value, type) and issubclass(value, Session.Event)
+        and name not in ("Event", "Created", "Snapshot")
+    } | {"Created"}
+    recorded = {type(e).__name__ for e in full_session().collect_events()}
+    assert declared <= SESSION_EVENT_NAMES
+    assert recorded == SESSION_EVENT_NAMES
+
+
+def test_session_reloaded_from_store_equals_original(app: TetherApplication) -> None:
+    original = full_session()
+    app.save(original)
+
+    loaded = app.session("abc123")
+
+    assert loaded is not None
+    assert loaded == original
+    assert loaded.version == 16
+    assert loaded.status == "completed"
+    assert (loaded.turns, loaded.input_tokens, loaded.output_tokens) == (2, 320, 45)
+    assert loaded.cost_usd == pytest.approx(0.0123)
+    assert loaded.failures == 1
+    assert loaded.fired_rules == ["no-rm"]
+    assert loaded.channel == "web"
+    assert loaded.history == [
+        Turn("user", [TextBlock("fix the login bug")]),
+        Turn("assistant", [
+            TextBlock("Looking."),
+            ToolUseBlock(id="tu_1", name="read_file", input={"path": "a.py", "lines": [1, 2]}),
+            ToolUseBlock(id="tu_2", name="shell", input={"cmd": "rm -rf /"}),
+        ]),
+        Turn("user", [
+            ToolResultBlock("tu_1", "print('hi')", False),
+            ToolResultBlock("tu_2", "refused: destructive", True),
+        ]),
+        Turn("user", [TextBlock("Never delete the root.")]),
+        Turn("assistant", [TextBlock("Fixed.")]),
+    ]
+    assert loaded.pending_tool_calls() == []
+
+
+def test_events_come_back_typed(app: TetherApplication) -> None:
+    app.save(full_session())
+
+    events = app.session_events("abc123")
+
+    assert [e.originator_version for e in events] == list(range(1, 17))
+    for e in events:
+        assert isinstance(e.originator_id, uuid.UUID)
+        assert e.originator_id == session_uuid("abc123")
+        assert isinstance(e.timestamp, dt.datetime)
+        assert e.timestamp.tzinfo is not None
+    appended = next(e for e in events if type(e).__name__ == "AssistantMessageAppended")
+    assert isinstance(appended.usage, Usage)
+    assert [type(b) for b in appended.content] == [TextBlock, ToolUseBlock, ToolUseBlock]
+    assert appended.content[1].input == {"path": "a.py", "lines": [1, 2]}
+    completed = next(e for e in events if type(e).__name__ == "TurnCompleted")
+    assert completed.usage == Usage(input_tokens=320, output_tokens=45)
+
+
+def test_stored_state_is_json(app: TetherApplication) -> None:
+    app.save(full_session())
+
+    stored = app.recorder.select_events(session_uuid("abc123"))
+
+    assert len(stored) == 16
+    states = [(s.topic.rsplit(".", 1)[-1], json.loads(s.state)) for s in stored]
+    by_topic: dict[str, Any] = {}
+    for name, state in states:
+        by_topic.setdefault(name, state)  # the first of each kind
+    assert by_topic["Created"]["session_id"] == "abc123"
+    assert by_topic["AssistantMessageAppended"]["content"][1] == {
+        "type": "tool_use", "id": "tu_1", "name": "read_file",
+        "input": {"path": "a.py", "lines": [1, 2]},
+    }
+    assert by_topic["AssistantMessageAppended"]["usage"] == {
+        "input_tokens": 120, "output_tokens": 30,
+    }
+    # the envelope lives in the record's columns, not repeated in the JSON
+    assert "originator_id" not in by_topic["Created"]
+    dt.datetime.fromisoformat(by_topic["Created"]["timestamp"])
+
+
+def test_session_at_version_is_a_replay(app: TetherApplication) -> None:
+    original = full_session()
+    app.save(original)
+
+    first = app.session("abc123", version=1)
+    third = app.session("abc123", version=3)
+    fourth = app.session("abc123", version=4)
+
+    assert first is not None and third is not None and fourth is not None
+    assert (first.version, first.status, first.history) == (1, "starting", [])
+    assert third.status == "running"
+    assert third.history == [Turn("user", [TextBlock("fix the login bug")])]
+    assert third.input_tokens == 0
+    assert fourth.input_tokens == 120
+    assert [b.id for b in fourth.pending_tool_calls()] == ["tu_1", "tu_2"]
+    assert app.session("abc123") == original
+    assert app.session("nope") is None
+
+
+def test_listeners_receive_max_notification_id_after_each_save(
+    app: TetherApplication,
+) -> None:
+    seen: list[int] = []
+    remove = app.add_listener(seen.append)
+
+    s = Session(session_id="s1", name="n", workspace="/ws", model="m", channel="c")
+    app.save(s)
+    after_first = app.max_notification_id()
+    s.change_status(status="running", reason="r")
+    s.receive_user_message(text="hi", channel="c", user="u")
+    app.save(s)
+    after_second = app.max_notification_id()
+    remove()
+    s.fail_turn(error="x")
+    app.save(s)
+
+    assert after_first >= 1
+    assert after_second > after_first
+    assert seen == [after_first, after_second]
+
+
+# --- schema evolution -------------------------------------------------------------------
+
+
+class Note(Aggregate):
+    """A small aggregate whose event later gained a field with a default."""
+
+    @event("Created")
+    def __init__(self, title: str):
+        self.title = title
+        self.speed = 0
+
+    class Moved(Aggregate.Event):
+        place: str
+        speed: int = 1  # added after records without it were stored
+
+        def apply(self, aggregate: Any) -> None:
+            aggregate.place = self.place
+            aggregate.speed = self.speed
+
+    def move(self, place: str, speed: int = 1) -> None:
+        self.trigger_event(self.Moved, place=place, speed=speed)
+
+
+def _store_without(app: TetherApplication, note: Note, field: str) -> None:
+    """Store ``note``'s pending events as records written before ``field`` existed."""
+    records = []
+    for domain_event in note.collect_events():
+        stored = app.mapper.to_stored_event(domain_event)
+        state = json.loads(stored.state)
+        state.pop(field, None)
+        records.append(StoredEvent(stored.originator_id, stored.originator_version,
+                                   stored.topic, json.dumps(state).encode()))
+    app.recorder.insert_events(records)
+
+
+def test_records_with_unknown_extra_fields_still_decode(app: TetherApplication) -> None:
+    note = Note(title="t")
+    note.move(place="home", speed=3)
+    app.save(note)
+
+    loaded = app.repository.get(note.id)
+
+    assert (loaded.title, loaded.place, loaded.speed) == ("t", "home", 3)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: events.mapper.state_type ignores event-class field defaults, so every field "
+    "is required and records stored before a defaulted field was added fail to decode",
+)
+def test_old_records_decode_after_event_gains_defaulted_field(app: TetherApplication) -> None:
+    note = Note(title="t")
+    note.move(place="home", speed=5)
+    _store_without(app, note, "speed")
+
+    loaded = app.repository.get(note.id)
+
+    assert (loaded.title, loaded.place, loaded.speed) == ("t", "home", 1)
+
+
+def test_state_round_trip_through_msgspec_is_stable(app: TetherApplication) -> None:
+    # a second save of the reloaded aggregate appends after the replayed version
+    app.save(full_session("s2"))
+    loaded = app.session("s2")
+    assert loaded is not None
+    loaded.receive_user_message(text="again", channel="web", user="ana")
+    app.save(loaded)
+
+    again = app.session("s2")
+    assert again is not None
+    assert again.version == 17
+    assert again.history[-1] == Turn("user", [TextBlock("again")])
+    assert msgspec.json.encode(again.history) == msgspec.json.encode(loaded.history)

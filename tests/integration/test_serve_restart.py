@@ -1,0 +1,129 @@
+"""`tether serve` killed with SIGKILL after a turn was stored, then started again.
+
+The test starts its own NATS server (a fault test never touches the shared one) and
+stops only the processes it started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from actors.runtime import ask
+from adapters.fake_llm import FakeLLM, parse_script
+from adapters.nats_bus import NatsBus
+from adapters.nats_server import EmbeddedNats
+from events.messages import Accepted, UserMessage
+from events.subjects import Subjects
+from tests.conftest import ChannelWatcher
+
+SCRIPT = """
+responses:
+  - match: "first"
+    blocks:
+      - text: "Listing the workspace."
+      - tool_use: {name: list_dir, input: {path: "."}}
+  - match: "notes.txt"
+    blocks:
+      - text: "There is one file, notes.txt."
+  - match: "again"
+    blocks:
+      - text: "Still here after the restart."
+"""
+
+TETHER = [sys.executable, "-m", "adapters.cli"]
+
+
+@pytest.fixture
+def own_nats(tmp_path: Path) -> Iterator[EmbeddedNats]:
+    server = EmbeddedNats(tmp_path / "nats").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class Serve:
+    """A `tether serve` child process."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.log = log.open("a")
+        self.proc = subprocess.Popen(
+            [*TETHER, "serve"], env=env, stdout=subprocess.PIPE, stderr=self.log, text=True
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # blocks until the engine is up (or died)
+        if "serving" not in line:
+            self.proc.kill()
+            raise AssertionError(f"tether serve did not start: {line!r}; see {log}")
+
+    def kill(self) -> None:
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=30)
+        self.log.close()
+        return code
+
+
+def test_serve_survives_sigkill(tmp_path: Path, own_nats: EmbeddedNats) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("remember the milk\n")
+    namespace = "killtest"
+    with FakeLLM(parse_script(SCRIPT)) as llm:
+        env = {
+            **os.environ,
+            "TETHER_NATS_URL": own_nats.url,
+            "TETHER_STATE_DIR": str(tmp_path / "state"),
+            "TETHER_NAMESPACE": namespace,
+            "TETHER_WORKSPACE": str(workspace),
+            "TETHER_RULES_DIR": str(tmp_path / "rules"),
+            "ANTHROPIC_BASE_URL": llm.base_url,
+        }
+        env.pop("ANTHROPIC_API_KEY", None)
+        env.pop("TETHER_DATABASE_URL", None)
+        subjects = Subjects(namespace)
+        bus = NatsBus(own_nats.url)
+        watcher = ChannelWatcher(bus, subjects.channel_out("cli"))
+        serve = Serve(env, tmp_path / "serve.log")
+        try:
+            sid = ask(bus, subjects.inbox, UserMessage(text="first look", channel="cli"),
+                      Accepted, timeout=15).session_id
+            watcher.wait_for("completed", timeout=30)
+            serve.kill()  # after the turn's events were stored
+
+            listing = subprocess.run([*TETHER, "sessions"], env=env, capture_output=True,
+                                     text=True, timeout=60, check=True).stdout
+            assert sid in listing and "waiting" in listing
+
+            serve = Serve(env, tmp_path / "serve.log")
+            ask(bus, subjects.inbox,
+                UserMessage(text="are you there again?", channel="cli", session_id=sid),
+                Accepted, timeout=15)
+            done = watcher.wait_for("completed", timeout=30)
+            assert done.session_id == sid
+            replies = [m.text for m in watcher.seen if m.kind == "reply"]
+            assert replies[-1] == "Still here after the restart."
+
+            timeline = subprocess.run([*TETHER, "events", sid], env=env, capture_output=True,
+                                      text=True, timeout=60, check=True).stdout
+            assert timeline.count("UserMessageReceived") == 2
+            assert timeline.count("TurnCompleted") == 2
+            assert "ToolCallExecuted" in timeline
+            # The follow-up carried the whole history to the model.
+            history = str(llm.requests[-1]["messages"])
+            assert "first look" in history and "notes.txt" in history
+        finally:
+            assert serve.stop() in (0, -signal.SIGKILL)
+            watcher.close()
+            bus.close()
