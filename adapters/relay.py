@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 NOTIFICATION_HEADER = "Tether-Notification-Id"
 DUPLICATE_WINDOW = 120.0
+SCAN_BACK = 1000
+"""How many foreign messages at the end of the stream the relay walks past on start."""
 
 
 class EventRelay:
@@ -94,15 +96,31 @@ class EventRelay:
             await self.bus.js.add_stream(config)
 
     async def _last_relayed(self) -> int:
-        info = await self.bus.js.stream_info(self.subjects.events_stream)
-        if not info.state.last_seq:
-            return 0
-        try:
-            msg = await self.bus.js.get_msg(self.subjects.events_stream, info.state.last_seq)
-        except NotFoundError:
-            return 0
-        headers = msg.headers or {}
-        return int(headers.get(NOTIFICATION_HEADER, "0"))
+        """The notification id of the newest relayed event in the stream (0 if none).
+
+        Walks back past messages that other programs published on the event subjects
+        (they carry no notification header), at most ``SCAN_BACK`` of them.
+        """
+        stream = self.subjects.events_stream
+        info = await self.bus.js.stream_info(stream)
+        seq = info.state.last_seq or 0
+        first = info.state.first_seq or 1
+        for _ in range(SCAN_BACK):
+            if seq < first or seq <= 0:
+                break
+            try:
+                msg = await self.bus.js.get_msg(stream, seq)
+            except NotFoundError:
+                seq -= 1
+                continue
+            value = (msg.headers or {}).get(NOTIFICATION_HEADER)
+            if value is not None and value.isdigit():
+                return int(value)
+            seq -= 1
+        if seq >= first and seq > 0:
+            log.warning("relay: no relayed event among the last %d messages of %s; "
+                        "relaying from the start", SCAN_BACK, stream)
+        return 0
 
     def _publish_batch(self, notifications: Sequence[Any]) -> None:
         prepared = [self._prepare(n) for n in notifications]

@@ -53,7 +53,9 @@ FINAL_TEXT = (
     "The startup fails because the configuration is loaded before the environment "
     "variables are read; move load_settings() below the dotenv call. " * 3
 )
-TOOL_OUTPUT = "\n".join(f"{i:4d}  def handler_{i}(request): return respond(request)" for i in range(20))
+TOOL_OUTPUT = "\n".join(
+    f"{i:4d}  def handler_{i}(request): return respond(request)" for i in range(20)
+)
 TOOL_INPUT: dict[str, Any] = {"path": "src/app/main.py"}
 ACTION_HASH = "9f2c" * 16
 CALL_ID = "toolu_01A09q90qw90lq917835lq9"
@@ -299,24 +301,39 @@ def _append_turns(
     return AppendStats(turns=turns, events=events, seconds=time.perf_counter() - started)
 
 
-def bench_tether_append(app: TetherApplication, turns: int, warmup: int) -> AppendStats:
-    """Record ``turns`` whole turns (one new session each, nine saves) after ``warmup``."""
-
-    def steps(i: int) -> list[Callable[[Any], Any]]:
-        return list(tether_steps(f"bench{i:07d}"))
-
-    _append_turns(app, steps, 0, warmup)
-    return _append_turns(app, steps, warmup, turns)
+def _tether_turn_steps(i: int) -> list[Callable[[Any], Any]]:
+    return list(tether_steps(f"bench{i:07d}"))
 
 
-def bench_raw_append(app: RawApplication, turns: int, warmup: int) -> AppendStats:
-    """Record ``turns`` raw turns (one new aggregate each, nine saves) after ``warmup``."""
+def _raw_turn_steps(_: int) -> list[Callable[[Any], Any]]:
+    return list(raw_steps())
 
-    def steps(_: int) -> list[Callable[[Any], Any]]:
-        return list(raw_steps())
 
-    _append_turns(app, steps, 0, warmup)
-    return _append_turns(app, steps, warmup, turns)
+def bench_append(
+    tapp: TetherApplication, rapp: RawApplication, turns: int, warmup: int, block: int = 5
+) -> tuple[AppendStats, AppendStats]:
+    """Record ``turns`` turns on each application (one new aggregate per turn, nine saves),
+    after ``warmup`` turns each, alternating blocks of ``block`` turns so that disk and CPU
+    contention from other processes hits both sides alike."""
+    cases: list[tuple[Application[uuid.UUID], Callable[[int], list[Callable[[Any], Any]]]]] = [
+        (tapp, _tether_turn_steps),
+        (rapp, _raw_turn_steps),
+    ]
+    for app, steps in cases:
+        _append_turns(app, steps, 0, warmup)
+    totals = [AppendStats(0, 0, 0.0) for _ in cases]
+    done = 0
+    while done < turns:
+        size = min(block, turns - done)
+        for i, (app, steps) in enumerate(cases):
+            part = _append_turns(app, steps, warmup + done, size)
+            totals[i] = AppendStats(
+                totals[i].turns + part.turns,
+                totals[i].events + part.events,
+                totals[i].seconds + part.seconds,
+            )
+        done += size
+    return totals[0], totals[1]
 
 
 def _build_long(app: Application[uuid.UUID], steps: Sequence[Callable[[Any], Any]],
@@ -366,14 +383,13 @@ def run(quick: bool = False, out: Printer = say) -> AppendResults:
     repeats = QUICK_REPLAY_REPEATS if quick else FULL_REPLAY_REPEATS
     out(
         f"== append: one session turn ({EVENTS_PER_TURN} events, one save each) on SQLite, "
-        f"Tether vs raw eventsourcing (turns={turns}, warm-up {warmup})"
+        f"Tether vs raw eventsourcing (turns={turns}, warm-up {warmup}, alternating blocks)"
     )
     with tempfile.TemporaryDirectory(prefix="tether-bench-store-") as folder:
         tapp = tether_app(os.path.join(folder, "tether.db"))
         rapp = raw_app(os.path.join(folder, "raw.db"))
         try:
-            raw = bench_raw_append(rapp, turns, warmup)
-            tether = bench_tether_append(tapp, turns, warmup)
+            tether, raw = bench_append(tapp, rapp, turns, warmup)
             replay_tether, replay_default, replay_raw = bench_replay(
                 tapp, rapp, REPLAY_EVENTS, repeats
             )
@@ -403,7 +419,8 @@ def run(quick: bool = False, out: Printer = say) -> AppendResults:
     out(f"replay of a {REPLAY_EVENTS}-event session (median of {repeats}):")
 
     def rrow(name: str, r: ReplayStats) -> list[str]:
-        return [name, f"{r.median_ms:.1f}", f"{r.min_ms:.1f}", f"{r.median_ms * 1000 / r.events:.1f}"]
+        per_event = r.median_ms * 1000 / r.events
+        return [name, f"{r.median_ms:.1f}", f"{r.min_ms:.1f}", f"{per_event:.1f}"]
 
     for line in table(
         ["case", "median ms", "min ms", "us/event"],

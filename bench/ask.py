@@ -21,7 +21,7 @@ import asyncio
 import queue
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,105 +116,154 @@ class AskResults:
         return ratio(self.tell_tether.mean_us, self.tell_raw.mean_us)
 
 
-def bench_tether_ask(url: str, n: int, warmup: int) -> Stats:
-    """Time ``n`` sequential asks of an echo TetherActor over NATS (after ``warmup``)."""
-    stats, _ = _tether(url, n, warmup, ask_too=True)
-    assert stats is not None
-    return stats
+class TetherEcho:
+    """An ActorSystem on its own NatsBus with an echo actor bound to a fresh subject."""
+
+    def __init__(self, url: str) -> None:
+        self.bus = NatsBus(url, name="tether-bench")
+        self.system = ActorSystem(self.bus, Subjects("bench" + uuid.uuid4().hex[:10]))
+        self.latencies: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self.subject = f"{self.system.subjects.namespace}.bench.echo"
+        try:
+            self.handle = self.system.start(
+                EchoActor, [Binding(self.subject, BenchPing)], latencies=self.latencies
+            )
+        except BaseException:
+            self.close()
+            raise
+
+    def ask_once(self, seq: int) -> None:
+        """One typed ask of the echo actor over NATS."""
+        answer = ask(self.bus, self.subject, BenchPing(seq=seq, text=PAYLOAD), BenchPong)
+        if answer.seq != seq:
+            raise RuntimeError(f"echo answered {answer.seq} to {seq}")
+
+    def time_asks(self, n: int) -> list[int]:
+        """Per-call times (ns) of ``n`` sequential asks."""
+        samples: list[int] = []
+        for i in range(n):
+            t0 = time.perf_counter_ns()
+            self.ask_once(i)
+            samples.append(time.perf_counter_ns() - t0)
+        return samples
+
+    def close(self) -> None:
+        """Stop the actor and close the connection."""
+        try:
+            self.system.stop_all()
+        finally:
+            self.bus.close()
 
 
-def _tether(url: str, n: int, warmup: int, *, ask_too: bool) -> tuple[Stats | None, Stats]:
-    bus = NatsBus(url, name="tether-bench")
-    system = ActorSystem(bus, Subjects("bench" + uuid.uuid4().hex[:10]))
-    latencies: queue.SimpleQueue[int] = queue.SimpleQueue()
-    subject = f"{system.subjects.namespace}.bench.echo"
-    try:
-        handle = system.start(EchoActor, [Binding(subject, BenchPing)], latencies=latencies)
-        ask_stats: Stats | None = None
-        if ask_too:
-            for i in range(warmup):
-                ask(bus, subject, BenchPing(seq=i, text=PAYLOAD), BenchPong)
-            samples: list[int] = []
-            started = time.perf_counter()
-            for i in range(n):
-                t0 = time.perf_counter_ns()
-                answer = ask(bus, subject, BenchPing(seq=i, text=PAYLOAD), BenchPong)
-                samples.append(time.perf_counter_ns() - t0)
-                if answer.seq != i:
-                    raise RuntimeError(f"echo answered {answer.seq} to {i}")
-            ask_stats = Stats.of(samples, time.perf_counter() - started)
-        tell_stats = _time_tells(handle.tell, latencies, n, warmup)
-        return ask_stats, tell_stats
-    finally:
-        system.stop_all()
-        bus.close()
+class RawEcho:
+    """A raw nats-py connection on its own asyncio loop, echoing on a fresh subject."""
 
+    def __init__(self, url: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.subject = "rawbench." + uuid.uuid4().hex[:10] + ".echo"
+        self.payload = encode(BenchPing(seq=0, text=PAYLOAD))
+        self.nc: Any = None
+        try:
+            self.loop.run_until_complete(self._setup(url))
+        except BaseException:
+            self.close()
+            raise
 
-def _time_tells(
-    tell: Any, latencies: queue.SimpleQueue[int], n: int, warmup: int
-) -> Stats:
-    """Tell one Stamp at a time and wait for the handler to report its delay."""
-    for _ in range(warmup):
-        tell(Stamp(time.perf_counter_ns()))
-        latencies.get(timeout=5)
-    samples: list[int] = []
-    started = time.perf_counter()
-    for _ in range(n):
-        tell(Stamp(time.perf_counter_ns()))
-        samples.append(latencies.get(timeout=5))
-    return Stats.of(samples, time.perf_counter() - started)
-
-
-def bench_raw_tell(n: int, warmup: int) -> Stats:
-    """Time ``tell`` -> ``on_receive`` on a bare pykka actor."""
-    latencies: queue.SimpleQueue[int] = queue.SimpleQueue()
-    ref = BareActor.start(latencies)
-    try:
-        return _time_tells(ref.tell, latencies, n, warmup)
-    finally:
-        ref.stop()
-
-
-async def _raw_ask(url: str, n: int, warmup: int) -> Stats:
-    nc = await nats.connect(url, name="raw-bench")
-    subject = "rawbench." + uuid.uuid4().hex[:10] + ".echo"
-    try:
+    async def _setup(self, url: str) -> None:
+        self.nc = nc = await nats.connect(url, name="raw-bench")
 
         async def echo(msg: Msg) -> None:
             await nc.publish(msg.reply, msg.data)
 
-        sub = await nc.subscribe(subject, cb=echo)
+        await nc.subscribe(self.subject, cb=echo)
         await nc.flush()
-        payload = encode(BenchPing(seq=0, text=PAYLOAD))
-        for _ in range(warmup):
-            await nc.request(subject, payload, timeout=5)
+
+    async def _time(self, n: int) -> list[int]:
         samples: list[int] = []
-        started = time.perf_counter()
         for _ in range(n):
             t0 = time.perf_counter_ns()
-            await nc.request(subject, payload, timeout=5)
+            await self.nc.request(self.subject, self.payload, timeout=5)
             samples.append(time.perf_counter_ns() - t0)
-        stats = Stats.of(samples, time.perf_counter() - started)
-        await sub.unsubscribe()
-        return stats
+        return samples
+
+    def time_asks(self, n: int) -> list[int]:
+        """Per-call times (ns) of ``n`` sequential ``await nc.request`` on the raw loop."""
+        return self.loop.run_until_complete(self._time(n))
+
+    def close(self) -> None:
+        """Close the connection and the loop."""
+        if self.nc is not None:
+            self.loop.run_until_complete(self.nc.close())
+        self.loop.close()
+
+
+def _time_tells(
+    tell: Callable[[Any], None], latencies: queue.SimpleQueue[int], n: int
+) -> list[int]:
+    """Tell one Stamp at a time and wait for the handler to report its delay (ns)."""
+    samples: list[int] = []
+    for _ in range(n):
+        tell(Stamp(time.perf_counter_ns()))
+        samples.append(latencies.get(timeout=5))
+    return samples
+
+
+def _interleave(
+    cases: Sequence[Callable[[int], list[int]]], n: int, warmup: int, block: int
+) -> list[Stats]:
+    """Warm each case up, then run them in alternating blocks of ``block`` calls so that
+    contention from other processes hits every case alike."""
+    for case in cases:
+        case(warmup)
+    samples: list[list[int]] = [[] for _ in cases]
+    elapsed = [0.0 for _ in cases]
+    done = 0
+    while done < n:
+        size = min(block, n - done)
+        for i, case in enumerate(cases):
+            t0 = time.perf_counter()
+            samples[i].extend(case(size))
+            elapsed[i] += time.perf_counter() - t0
+        done += size
+    return [Stats.of(s, e) for s, e in zip(samples, elapsed, strict=True)]
+
+
+def measure(url: str, n: int, warmup: int, block: int = 50) -> AskResults:
+    """Measure tether vs raw asks, then TetherActor vs bare pykka tells (``n`` each)."""
+    tether = TetherEcho(url)
+    try:
+        raw = RawEcho(url)
+        try:
+            ask_tether, ask_raw = _interleave([tether.time_asks, raw.time_asks], n, warmup, block)
+        finally:
+            raw.close()
+        bare_latencies: queue.SimpleQueue[int] = queue.SimpleQueue()
+        bare = BareActor.start(bare_latencies)
+        try:
+            tell_tether, tell_raw = _interleave(
+                [
+                    lambda k: _time_tells(tether.handle.tell, tether.latencies, k),
+                    lambda k: _time_tells(bare.tell, bare_latencies, k),
+                ],
+                n, warmup, block,
+            )
+        finally:
+            bare.stop()
     finally:
-        await nc.close()
-
-
-def bench_raw_ask(url: str, n: int, warmup: int) -> Stats:
-    """Time ``n`` sequential raw nats-py requests to an echoing subscriber (own loop)."""
-    return asyncio.run(_raw_ask(url, n, warmup))
+        tether.close()
+    return AskResults(tether=ask_tether, raw=ask_raw, tell_tether=tell_tether, tell_raw=tell_raw)
 
 
 def run(url: str, quick: bool = False, out: Printer = say) -> AskResults:
     """Run the ask benchmark against the NATS at ``url``, print its table and ratio."""
     n, warmup = (QUICK_N, QUICK_WARMUP) if quick else (FULL_N, FULL_WARMUP)
-    out(f"== ask: actor ask over NATS vs raw nats-py request/reply (N={n}, warm-up {warmup})")
-    raw = bench_raw_ask(url, n, warmup)
-    tether, tell_tether = _tether(url, n, warmup, ask_too=True)
-    assert tether is not None
-    tell_raw = bench_raw_tell(n, warmup)
-    results = AskResults(tether=tether, raw=raw, tell_tether=tell_tether, tell_raw=tell_raw)
+    out(
+        f"== ask: actor ask over NATS vs raw nats-py request/reply (N={n}, warm-up {warmup}, "
+        "alternating blocks)"
+    )
+    results = measure(url, n, warmup)
+    tether, raw = results.tether, results.raw
+    tell_tether, tell_raw = results.tell_tether, results.tell_raw
 
     def row(name: str, s: Stats) -> list[str]:
         return [name, f"{s.mean_us:.1f}", f"{s.p50_us:.1f}", f"{s.p99_us:.1f}", f"{s.per_s:,.0f}"]

@@ -35,7 +35,7 @@ class Stats:
         """Summarise per-call samples (nanoseconds) and the loop's wall time (seconds)."""
         ordered = sorted(samples_ns)
         n = len(ordered)
-        p99_index = min(n - 1, max(0, int(round(0.99 * n)) - 1))
+        p99_index = min(n - 1, max(0, round(0.99 * n) - 1))
         return cls(
             n=n,
             mean_us=statistics.fmean(ordered) / 1000.0,

@@ -9,6 +9,7 @@ event class later must have defaults, because typed decoding runs before upcasti
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import typing
 import uuid
@@ -101,15 +102,28 @@ class MsgspecMapper(Mapper[uuid.UUID]):
 
 
 def state_type(cls: type) -> type[msgspec.Struct]:
-    """A Struct type with the event class's fields (less the envelope) and their types."""
+    """A Struct type with the event class's fields (less the envelope), their types and
+    their defaults, so records written before a defaulted field existed still decode."""
     hints = typing.get_type_hints(cls)
-    fields: list[Any] = [
-        (name, hint) for name, hint in hints.items() if name not in _ENVELOPE_FIELDS
-        and not name.startswith("_") and typing.get_origin(hint) is not typing.ClassVar
-    ]
-    fields.append(("class_version", int | None, None))
-    required = [f for f in fields if len(f) == 2]
-    optional = [f for f in fields if len(f) == 3]
+    defaults: dict[str, Any] = {}
+    if dataclasses.is_dataclass(cls):
+        for f in dataclasses.fields(cls):
+            if f.default is not dataclasses.MISSING:
+                defaults[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                defaults[f.name] = msgspec.field(default_factory=f.default_factory)
+    required: list[Any] = []
+    optional: list[Any] = []
+    for name, hint in hints.items():
+        if name in _ENVELOPE_FIELDS or name.startswith("_"):
+            continue
+        if typing.get_origin(hint) is typing.ClassVar:
+            continue
+        if name in defaults:
+            optional.append((name, hint, defaults[name]))
+        else:
+            required.append((name, hint))
+    optional.append(("class_version", int | None, None))
     return msgspec.defstruct(f"{cls.__qualname__}State", required + optional)
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
+_TOKEN = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def check_token(value: str, what: str) -> str:
     """Return ``value`` if it is one valid subject token, else raise ValueError naming it."""
-    if not _TOKEN.match(value):
+    if not _TOKEN.fullmatch(value):
         raise ValueError(f"{what} must be letters, digits, '_' or '-', got {value!r}")
     return value
 
@@ -71,6 +71,9 @@ class Subjects:
 
     def event(self, aggregate: str, aggregate_id: str, event: str) -> str:
         """One stored event as relayed to JetStream."""
+        check_token(aggregate, "aggregate")
+        check_token(aggregate_id, "aggregate id")
+        check_token(event, "event")
         return f"{self.namespace}.evt.{aggregate}.{aggregate_id}.{event}"
 
     @property
@@ -80,7 +83,7 @@ class Subjects:
 
     def session_events(self, session_id: str) -> str:
         """Wildcard over one session's relayed events."""
-        return f"{self.namespace}.evt.session.{session_id}.*"
+        return f"{self.namespace}.evt.session.{check_token(session_id, 'session id')}.*"
 
     @property
     def events_stream(self) -> str:

@@ -17,7 +17,7 @@ from actors.naming import name_from_prompt
         ("", "session"),
         ("the and of to", "session"),
         ("¿¡!!", "session"),
-        ("Résumé parser", "sum-parser"),
+        ("Résumé parser", "r-sum-parser"),  # ASCII only
     ],
 )
 def test_name_is_first_three_meaningful_words(prompt: str, name: str) -> None:

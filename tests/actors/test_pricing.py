@@ -27,14 +27,14 @@ def test_price_by_prefix(model: str, price: tuple[float, float]) -> None:
 
 
 def test_longest_prefix_wins() -> None:
-    PRICES_BEFORE = dict(PRICES)
+    saved = dict(PRICES)
     try:
         PRICES["claude-opus-4-1"] = (20.0, 100.0)
         assert price_of("claude-opus-4-1-2025") == (20.0, 100.0)
         assert price_of("claude-opus-4-0") == (15.0, 75.0)
     finally:
         PRICES.clear()
-        PRICES.update(PRICES_BEFORE)
+        PRICES.update(saved)
 
 
 def test_cost_of_usage() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from events import messages as m
-from events.codec import MAX_PAYLOAD, Decoder, DecodeFailure, encode
+from events.codec import MAX_PAYLOAD, DecodeFailure, Decoder, encode
 
 UNIONS: dict[str, tuple[Any, list[m.Message]]] = {
     "inbox": (m.InboxMessage, [m.UserMessage(text="hi", channel="web")]),

@@ -243,11 +243,6 @@ def test_records_with_unknown_extra_fields_still_decode(app: TetherApplication) 
     assert (loaded.title, loaded.place, loaded.speed) == ("t", "home", 3)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: events.mapper.state_type ignores event-class field defaults, so every field "
-    "is required and records stored before a defaulted field was added fail to decode",
-)
 def test_old_records_decode_after_event_gains_defaulted_field(app: TetherApplication) -> None:
     note = Note(title="t")
     note.move(place="home", speed=5)

@@ -1,0 +1,189 @@
+"""Supervision: a handler that raises is restarted from its stored events, the failure is
+recorded, and nothing queued behind it is lost."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from actors.ports import ToolOutput
+from actors.runtime import ActorSystem, Binding, Envelope, TetherActor, ask
+from adapters.anthropic_provider import AnthropicProvider
+from adapters.config import Settings
+from adapters.fake_llm import FakeLLM
+from adapters.host import Host
+from adapters.nats_bus import NatsBus
+from adapters.tools import BuiltinTools
+from events.messages import Accepted, Message, UserMessage
+from events.subjects import Subjects
+from tests.conftest import ChannelWatcher
+
+SCRIPT = """
+responses:
+  - match: "second"
+    blocks:
+      - text: "All good now."
+"""
+
+
+class FlakyTools:
+    """Built-in tools whose ``definitions()`` raises the first time it is called (inside
+    the session actor's handler, when a model call is being prepared)."""
+
+    def __init__(self) -> None:
+        self._inner = BuiltinTools(timeout=10, env={})
+        self._failed = False
+        self._lock = threading.Lock()
+
+    def definitions(self) -> list[dict[str, Any]]:
+        with self._lock:
+            if not self._failed:
+                self._failed = True
+                raise RuntimeError("tool registry unavailable")
+        return self._inner.definitions()
+
+    def execute(self, name: str, tool_input: dict[str, Any], workspace: str) -> ToolOutput:
+        return self._inner.execute(name, tool_input, workspace)
+
+
+def _say(host: Host, text: str, session_id: str = "") -> str:
+    accepted = ask(
+        host.bus,
+        host.subjects.inbox,
+        UserMessage(text=text, channel="test", session_id=session_id),
+        Accepted,
+        timeout=10,
+    )
+    return accepted.session_id
+
+
+def test_a_failing_session_handler_is_recorded_and_the_session_recovers(
+    database_url: str,
+    make_settings: Callable[..., Settings],
+    fake_llm: Callable[[str], FakeLLM],
+    workspace: Path,
+) -> None:
+    llm = fake_llm(SCRIPT)
+    settings = make_settings(database_url=database_url, anthropic_base_url=llm.base_url)
+    host = Host(
+        settings,
+        provider=AnthropicProvider(api_key=None, base_url=llm.base_url),
+        tools=FlakyTools(),
+    )
+    host.start()
+    channel = ChannelWatcher(host.bus, host.subjects.channel_out("test"))
+    try:
+        sid = _say(host, "the first message")
+        # The handler raised: the turn it was running is reported as failed...
+        failed = channel.wait_for("failed")
+        assert failed.session_id == sid and "restart" in failed.text
+        assert host.system.failures == 1
+        session = host.app.session(sid)
+        assert session is not None
+        assert session.failures == 1 and session.status == "waiting"
+        names = [type(e).__name__ for e in host.app.session_events(sid)]
+        assert "ActorFailed" in names and "TurnFailed" in names
+        (actor_failed,) = [
+            e for e in host.app.session_events(sid) if type(e).__name__ == "ActorFailed"
+        ]
+        assert actor_failed.error == "RuntimeError: tool registry unavailable"
+        assert llm.requests == []  # the model was never called for the failed turn
+
+        # ...and the restarted actor serves the next message to completion.
+        assert _say(host, "the second message", sid) == sid
+        done = channel.wait_for("completed")
+        assert done.session_id == sid
+        assert [m.text for m in channel.seen if m.kind == "reply"] == ["All good now."]
+        session = host.app.session(sid)
+        assert session is not None
+        assert session.turns == 2 and session.status == "waiting"
+        # The conversation the model saw kept the first message (rebuilt from events).
+        user_texts = str(llm.requests[-1]["messages"])
+        assert "the first message" in user_texts and "the second message" in user_texts
+        assert host.system.failures == 1
+    finally:
+        channel.close()
+        host.stop()
+
+
+class Note(Message):
+    """A test message for the custom actor."""
+
+    text: str
+
+
+class Recorder(TetherActor):
+    """Processes Notes; ``boom`` waits for ``release`` and then raises."""
+
+    def __init__(
+        self,
+        system: ActorSystem,
+        *,
+        seen: queue.Queue[str],
+        release: threading.Event,
+        log: list[str],
+    ) -> None:
+        super().__init__(system)
+        self.seen = seen
+        self.release = release
+        self.log = log
+
+    def recover(self) -> None:
+        self.log.append("recover")
+
+    def on_failure_recorded(self, error: str) -> None:
+        self.log.append(f"failed: {error}")
+
+    def handle(self, message: Any, envelope: Envelope | None) -> None:
+        assert isinstance(message, Note)
+        if message.text == "boom":
+            self.release.wait(timeout=30)
+            raise ValueError("boom")
+        self.seen.put(message.text)
+
+
+@pytest.fixture
+def system(nats_url: str, namespace: str) -> Iterator[ActorSystem]:
+    bus = NatsBus(nats_url, name="test-supervision")
+    actors = ActorSystem(bus, Subjects(namespace))
+    try:
+        yield actors
+    finally:
+        actors.stop_all()
+        bus.close()
+
+
+def test_messages_queued_behind_a_failing_one_are_all_processed(system: ActorSystem) -> None:
+    seen: queue.Queue[str] = queue.Queue()
+    release = threading.Event()
+    log: list[str] = []
+    subject = f"{system.subjects.namespace}.recorder"
+    handle = system.start(
+        Recorder, [Binding(subject, Note)], seen=seen, release=release, log=log
+    )
+    try:
+        for text in ["a", "boom", "b", "c", "d"]:
+            system.tell(subject, Note(text=text))
+        assert seen.get(timeout=10) == "a"
+        # Wait until the three later notes sit in the actor's inbox behind "boom".
+        deadline = time.monotonic() + 10
+        while cast("queue.Queue[Any]", handle.ref.actor_inbox).qsize() < 3:
+            assert time.monotonic() < deadline, "the notes never queued behind boom"
+            time.sleep(0.01)
+        release.set()
+        after = [seen.get(timeout=10) for _ in range(3)]
+        assert after == ["b", "c", "d"]
+        assert log == ["recover", "failed: ValueError: boom", "recover"]
+        assert system.failures == 1
+        assert handle.ref.is_alive()
+        # It still takes new messages after the restart.
+        system.tell(subject, Note(text="e"))
+        assert seen.get(timeout=10) == "e"
+    finally:
+        release.set()

@@ -1,0 +1,106 @@
+"""Killing a session mid-stream, and a model stream that is cut short."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from actors.runtime import ask
+from adapters.fake_llm import FakeLLM
+from adapters.host import Host
+from events.messages import Accepted, Killed, KillSession, UserMessage
+
+LONG_TEXT = "This is a very long story that keeps going and going. " * 20
+
+SCRIPT = f"""
+responses:
+  - match: "tell me a long story"
+    chunk: 5
+    delay_ms: 200
+    blocks:
+      - text: "{LONG_TEXT}"
+  - match: "cut me short"
+    truncate: true
+    blocks:
+      - text: "This reply never finishes properly."
+  - match: "try again"
+    blocks:
+      - text: "This one is complete."
+"""
+
+
+def _say(host: Host, text: str, session_id: str = "") -> str:
+    accepted = ask(
+        host.bus,
+        host.subjects.inbox,
+        UserMessage(text=text, channel="test", session_id=session_id),
+        Accepted,
+        timeout=10,
+    )
+    return accepted.session_id
+
+
+def _event_names(host: Host, sid: str) -> list[str]:
+    return [type(e).__name__ for e in host.app.session_events(sid)]
+
+
+def test_kill_mid_stream_stops_the_model_call(
+    database_url: str,
+    fake_llm: Callable[[str], FakeLLM],
+    make_host: Callable[..., Host],
+    watch_channel: Callable[..., Any],
+) -> None:
+    llm = fake_llm(SCRIPT)
+    host = make_host(llm, database_url=database_url)
+    channel = watch_channel(host, "test")
+
+    sid = _say(host, "please tell me a long story")
+    channel.wait_for("stream")  # the reply is streaming
+    killed = ask(host.bus, host.subjects.manager, KillSession(session_id=sid), Killed, 10)
+    assert killed.session_id == sid and killed.found
+
+    session = host.app.session(sid)
+    assert session is not None and session.status == "killed"
+    assert llm.wait_for_disconnects(1, timeout=10), "the model stream was not closed"
+    assert llm.completed == 0
+    notice = channel.wait_for("status")
+    assert notice.session_id == sid and "killed" in notice.text
+    names = _event_names(host, sid)
+    assert "AssistantMessageAppended" not in names
+    assert "TurnCompleted" not in names
+    assert names[-1] == "StatusChanged"
+    # The session is gone from the manager: a second kill finds nothing.
+    again = ask(host.bus, host.subjects.manager, KillSession(session_id=sid), Killed, 10)
+    assert not again.found
+
+
+def test_a_stream_cut_short_fails_the_turn_and_the_session_carries_on(
+    database_url: str,
+    fake_llm: Callable[[str], FakeLLM],
+    make_host: Callable[..., Host],
+    watch_channel: Callable[..., Any],
+) -> None:
+    llm = fake_llm(SCRIPT)
+    host = make_host(llm, database_url=database_url)
+    channel = watch_channel(host, "test")
+
+    sid = _say(host, "please cut me short")
+    failed = channel.wait_for("failed")
+    assert failed.session_id == sid
+    assert "ended before message_stop" in failed.text and "incomplete" in failed.text
+    assert not [m for m in channel.seen if m.kind in ("reply", "completed")]
+    session = host.app.session(sid)
+    assert session is not None and session.status == "waiting"
+    turn_failed = [
+        e for e in host.app.session_events(sid) if type(e).__name__ == "TurnFailed"
+    ]
+    assert len(turn_failed) == 1 and "message_stop" in turn_failed[0].error
+    assert "AssistantMessageAppended" not in _event_names(host, sid)
+
+    assert _say(host, "please try again", sid) == sid
+    done = channel.wait_for("completed")
+    assert done.session_id == sid
+    assert [m.text for m in channel.seen if m.kind == "reply"] == ["This one is complete."]
+    session = host.app.session(sid)
+    assert session is not None and session.turns == 2 and session.status == "waiting"
+    assert session.history[-1].role == "assistant"
