@@ -7,6 +7,7 @@ channel name and prints what arrives on ``<ns>.channel.<channel>.out``. A turn e
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import sys
@@ -43,10 +44,8 @@ class TerminalConnector:
         decoder: Decoder[ChannelMessage] = Decoder(ChannelMessage)
 
         def on_message(data: bytes) -> None:
-            try:
+            with contextlib.suppress(DecodeFailure):  # not ours to judge: skip it
                 self.inbox.put(decoder.decode(data))
-            except DecodeFailure:
-                pass
 
         self._sub = bus.subscribe(subjects.channel_out(self.channel), lambda m: on_message(m.data))
 

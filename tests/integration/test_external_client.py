@@ -57,8 +57,9 @@ async def _drive(url: str, ns: str) -> dict[str, Any]:
             msg = await sub.next_msg(timeout=2)
         except nats.errors.TimeoutError:
             break
-        events.append((msg.headers or {}, json.loads(msg.data)))
-        if events[-1][1]["event"] == "StatusChanged" and events[-1][1]["data"]["status"] == "waiting":
+        body = json.loads(msg.data)
+        events.append((msg.headers or {}, body))
+        if body["event"] == "StatusChanged" and body["data"]["status"] == "waiting":
             break
     await nc.close()
     return {"accepted": accepted, "stream": stream, "channel": channel, "events": events}
