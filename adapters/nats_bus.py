@@ -49,14 +49,20 @@ class NatsBus:
         self._thread = threading.Thread(target=self._run, name="tether-bus", daemon=True)
         self._thread.start()
         self.closed = False
-        self.nc: Client = self.call(lambda: self._connect(name), timeout=connect_timeout + 5)
+        try:
+            self.nc: Client = self.call(
+                lambda: self._connect(name, connect_timeout), timeout=connect_timeout + 5
+            )
+        except BaseException:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            raise
         self.js: JetStreamContext = self.nc.jetstream()
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
-    async def _connect(self, name: str) -> Client:
+    async def _connect(self, name: str, timeout: float) -> Client:
         async def on_error(exc: Exception) -> None:
             log.debug("nats: %s", exc)
 
@@ -67,19 +73,32 @@ class NatsBus:
             log.info("nats: reconnected to %s", self.url)
 
         try:
-            return await nats.connect(
-                self.url,
-                name=name,
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
-                connect_timeout=5,
-                allow_reconnect=True,
-                error_cb=on_error,
-                disconnected_cb=on_disconnect,
-                reconnected_cb=on_reconnect,
-            )
+            # Reconnects are unlimited once connected; the first connect must not wait
+            # forever, so it gets a deadline of its own.
+            return await asyncio.wait_for(self._open(name, on_error, on_disconnect,
+                                                     on_reconnect), timeout)
         except Exception as exc:
-            raise BusError(f"cannot connect to NATS at {self.url}: {exc}") from exc
+            raise BusError(f"cannot connect to NATS at {self.url}: {exc or 'timed out'}") from exc
+
+    async def _open(
+        self,
+        name: str,
+        on_error: Callable[[Exception], Awaitable[None]],
+        on_disconnect: Callable[[], Awaitable[None]],
+        on_reconnect: Callable[[], Awaitable[None]],
+    ) -> Client:
+        return await nats.connect(
+            self.url,
+            name=name,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            connect_timeout=5,
+            allow_reconnect=True,
+            error_cb=on_error,
+            disconnected_cb=on_disconnect,
+            reconnected_cb=on_reconnect,
+        )
+
 
     # --- thread-safe API ----------------------------------------------------------------
 
