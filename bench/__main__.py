@@ -10,10 +10,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from bench import append, ask
+from bench import append, ask, interrupt
 from bench.common import nats_server, say
 
-BENCHMARKS = ("ask", "append")
+BENCHMARKS = ("ask", "append", "interrupt")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -49,6 +49,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         say()
         appended = append.run(quick=args.quick)
         summary.append(f"RATIO append tether/raw = {appended.ratio:.2f}")
+    if "interrupt" in chosen:
+        with nats_server(args.nats) as url:
+            say()
+            value = interrupt.run(url, quick=args.quick)
+            summary.append(f"RATIO kill streaming/idle = {value:.2f}")
     say()
     say("== summary")
     for line in summary:

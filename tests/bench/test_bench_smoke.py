@@ -45,8 +45,14 @@ def test_append_quick_prints_its_ratio() -> None:
     assert "TetherApplication.session" in out
 
 
+def test_interrupt_quick_prints_its_ratio(nats_url: str) -> None:
+    out = run_bench("bench.interrupt", "--quick", "--nats", nats_url)
+    assert re.search(r"RATIO kill streaming/idle = \d+\.\d\d$", out, re.MULTILINE), out
+    assert "kill mid-stream" in out
+
+
 def test_all_benchmarks_quick(nats_url: str) -> None:
-    out = run_bench("bench", "--quick", "--nats", nats_url)
+    out = run_bench("bench", "--quick", "--nats", nats_url, "--only", "ask", "--only", "append")
     for name in ("ask", "append"):
         assert re.search(RATIO.format(name), out, re.MULTILINE), out
 
