@@ -38,15 +38,18 @@ from actors.ports import (
     ToolUseStart,
 )
 from actors.pricing import cost_usd
+from actors.redact import Redactor
 from actors.runtime import ActorSystem, AskResult, Envelope, TetherActor
 from events.application import TetherApplication
 from events.messages import (
     BarrierCheck,
     BarrierResult,
+    ContentBlock,
     Interrupt,
     Killed,
     KillSession,
     StreamDelta,
+    TextBlock,
     ToolProposal,
     ToolUseBlock,
     Usage,
@@ -130,9 +133,11 @@ class SessionActor(TetherActor):
         tools: ToolExecutor,
         config: SessionConfig,
         new: NewSession | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         super().__init__(system)
         self.session_id = session_id
+        self.redactor = redactor or Redactor()
         self.app = app
         self.provider = provider
         self.tools = tools
@@ -260,8 +265,9 @@ class SessionActor(TetherActor):
             return  # a delta of an aborted call
         event = message.event
         if isinstance(event, TextDelta):
-            self.partial += event.text
-            self._publish("text", event.text, event.index)
+            text = self.redactor.text(event.text)
+            self.partial += text
+            self._publish("text", text, event.index)
         elif isinstance(event, ToolUseStart):
             self._publish("tool_start", event.name, event.index)
         elif isinstance(event, ToolInputDelta):
@@ -301,7 +307,7 @@ class SessionActor(TetherActor):
             rules=rules,
             reminder=reminder,
             generation=self.generation,
-            partial_text=self.partial,
+            partial_text=self.redactor.text(self.partial),
             source=source,
         )
         self.app.save(self.session)
@@ -311,7 +317,7 @@ class SessionActor(TetherActor):
         done = self.done
         assert done is not None
         self.session.append_assistant_message(
-            content=done.content,
+            content=[self._redact_block(b) for b in done.content],
             stop_reason=done.stop_reason,
             usage=done.usage,
             generation=self.generation,
@@ -325,6 +331,12 @@ class SessionActor(TetherActor):
         self.tool_queue = deque(b for b in done.content if isinstance(b, ToolUseBlock))
         self.phase = "tools"
         self._next_tool()
+
+    def _redact_block(self, block: ContentBlock) -> ContentBlock:
+        # Tool inputs are kept exact: they are what ran, and the action hash covers them.
+        if isinstance(block, TextBlock):
+            return TextBlock(self.redactor.text(block.text))
+        return block
 
     # --- tools --------------------------------------------------------------------------
 
@@ -414,7 +426,7 @@ class SessionActor(TetherActor):
         self.session.record_tool_result(
             call_id=message.call_id,
             tool=message.tool,
-            output=message.output.content,
+            output=self.redactor.text(message.output.content),
             is_error=message.output.is_error,
         )
         self.app.save(self.session)

@@ -13,11 +13,13 @@ import os
 import re
 import threading
 from typing import Any
+from urllib.parse import urlsplit
 
 from actors.gatekeeper import GatekeeperActor
 from actors.gatekeeper_policy import Policy
 from actors.manager import SessionManagerActor
 from actors.ports import Ids, Provider, RandomIds, ToolExecutor
+from actors.redact import Redactor
 from actors.router import NotificationRouterActor
 from actors.runtime import ActorHandle, ActorSystem, Binding
 from actors.session import NewSession, SessionActor, SessionConfig
@@ -53,6 +55,18 @@ def tool_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not _SECRET_ENV.search(k)}
 
 
+def known_secrets(settings: Settings) -> list[str]:
+    """Secret values the redactor masks: the API key, URL passwords, and the values of
+    this process's secret-looking environment variables."""
+    values = [settings.anthropic_api_key]
+    for url in (settings.database_url, settings.nats_url):
+        password = urlsplit(url).password if "://" in url else None
+        if password:
+            values.append(password)
+    values.extend(v for k, v in os.environ.items() if _SECRET_ENV.search(k))
+    return [v for v in values if v]
+
+
 def user_rules_dir() -> str:
     """The user's own TTSR rules folder (``$XDG_CONFIG_HOME/tether/rules``)."""
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
@@ -83,6 +97,7 @@ class Host:
         self.view: SessionView
         self.system: ActorSystem
         self.rules: list[Rule] = []
+        self.redactor = Redactor(known_secrets(settings))
         self._stack: list[Any] = []
 
     @property
@@ -149,7 +164,7 @@ class Host:
             NotificationRouterActor,
             [
                 Binding(subjects.all_streams, StreamDelta),
-                Binding(f"{subjects.namespace}.evt.session.>", RelayedEvent),
+                Binding(subjects.all_session_events, RelayedEvent),
             ],
         )
         system.start(
@@ -196,6 +211,7 @@ class Host:
             tools=self.tools,
             config=self.session_config(),
             new=new,
+            redactor=self.redactor,
         )
         return [monitor, session]
 

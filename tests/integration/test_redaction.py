@@ -1,0 +1,58 @@
+"""Secrets in tool output or model text never reach the event log or a channel."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from actors.runtime import ask
+from adapters.fake_llm import FakeLLM
+from adapters.host import Host
+from events.messages import Accepted, TextBlock, ToolResultBlock, UserMessage
+
+KEY = "sk-ant-api03-" + "Q" * 40
+
+SCRIPT = f"""
+responses:
+  - match: "config"
+    blocks:
+      - text: "Reading the config."
+      - tool_use: {{name: read_file, input: {{path: settings.env}}}}
+  - match: "REDACTED"
+    blocks:
+      - text: "The key is {KEY} as far as I remember."
+"""
+
+
+def test_secrets_are_masked_before_storing_and_sending(
+    workspace: Path,
+    fake_llm: Callable[[str], FakeLLM],
+    make_host: Callable[..., Host],
+    watch_channel: Callable[..., Any],
+) -> None:
+    (workspace / "settings.env").write_text(f"ANTHROPIC_API_KEY={KEY}\nMODE=dev\n")
+    llm = fake_llm(SCRIPT)
+    host = make_host(llm)
+    channel = watch_channel(host, "test")
+    sid = ask(host.bus, host.subjects.inbox,
+              UserMessage(text="show me the config", channel="test"), Accepted).session_id
+    channel.wait_for("completed")
+
+    # Notices built from stored events (reply, tool) are masked. The live stream is masked
+    # per delta only: a key split across deltas is caught when the message is stored
+    # (a documented limit, docs/architecture.md).
+    assert all(KEY not in m.text for m in channel.seen if m.kind != "stream")
+    assert any("[REDACTED]" in m.text for m in channel.seen if m.kind == "reply")
+    session = host.app.session(sid)
+    assert session is not None
+    blocks = [b for t in session.history for b in t.content]
+    result = next(b for b in blocks if isinstance(b, ToolResultBlock))
+    assert KEY not in result.content and "[REDACTED]" in result.content
+    assert "MODE=dev" in result.content
+    texts = [b.text for b in blocks if isinstance(b, TextBlock)]
+    assert any("[REDACTED]" in t for t in texts) and all(KEY not in t for t in texts)
+    for event in host.app.session_events(sid):
+        assert KEY not in repr(vars(event))
+    # The model itself was only ever shown the masked tool output.
+    assert KEY not in str(llm.requests[-1]["messages"])
