@@ -33,7 +33,9 @@ class GatekeeperActor(TetherActor):
         else:
             judged = self.policy.decide(message.tool, message.input, message.workspace)
             decision, reason, tier = judged.decision, judged.reason, judged.tier
-        existing = self.app.load(decision_uuid(message.call_id), ToolDecision)
+        existing = self.app.load(
+            decision_uuid(message.session_id, message.call_id, digest), ToolDecision
+        )
         if existing is None:
             # A re-sent proposal keeps its first decision (the audit record is immutable).
             self.app.save(

@@ -19,7 +19,6 @@ from actors.runtime import ActorHandle, ActorSystem, AskResult, Envelope, Tether
 from actors.session import NewSession
 from events.application import TetherApplication
 from events.messages import (
-    Accepted,
     ChannelMessage,
     ErrorReply,
     Killed,
@@ -56,11 +55,18 @@ class SessionManagerActor(TetherActor):
         self.ids = ids
         self.default_workspace = default_workspace
         self.live: dict[str, list[ActorHandle]] = {}
-        self.names: set[str] = set()
-        self.pending_kills: dict[str, Envelope | None] = {}
+        self._names: set[str] | None = None
+        self.pending_kills: dict[str, list[Envelope | None]] = {}
 
     def recover(self) -> None:
-        self.names = {s.name for s in self.list_sessions()}
+        # Nothing to read here: recovering must not depend on the database being up (a
+        # manager that cannot recover stops, and with it the whole engine's front door).
+        self._names = None
+
+    def _taken_names(self) -> set[str]:
+        if self._names is None:
+            self._names = {s.name for s in self.list_sessions()}
+        return self._names
 
     def handle(self, message: Any, envelope: Envelope | None) -> None:
         if isinstance(message, UserMessage):
@@ -85,13 +91,23 @@ class SessionManagerActor(TetherActor):
                 return
             self.live[sid] = self.spawn(sid, None)
         elif not sid:
+            workspace = self._workspace(message.workspace)
+            if workspace is None:
+                reason = (
+                    f"workspace {message.workspace!r} is not inside the engine's workspace "
+                    f"{self.default_workspace}"
+                )
+                self.reply(envelope, ErrorReply(error="bad_workspace", reason=reason))
+                self.send(
+                    self.subjects.channel_out(message.channel),
+                    ChannelMessage(session_id="", kind="error", text=reason),
+                )
+                return
             sid = self.ids.new()
-            workspace = message.workspace or self.default_workspace
-            name = name_from_prompt(message.text, self.names)
-            self.names.add(name)
-            new = NewSession(
-                name=name, workspace=os.path.abspath(workspace), channel=message.channel
-            )
+            names = self._taken_names()
+            name = name_from_prompt(message.text, names)
+            names.add(name)
+            new = NewSession(name=name, workspace=workspace, channel=message.channel)
             self.live[sid] = self.spawn(sid, new)
         forwarded = UserMessage(
             text=message.text,
@@ -100,25 +116,40 @@ class SessionManagerActor(TetherActor):
             user=message.user,
             workspace=message.workspace,
         )
-        self.send(self.subjects.session(sid), forwarded)
-        self.reply(envelope, Accepted(session_id=sid))
+        # The session answers the original requester (Accepted) once the message is stored.
+        self.send(self.subjects.session(sid), forwarded, reply=envelope.reply if envelope else "")
+
+    def _workspace(self, requested: str) -> str | None:
+        """The workspace for a new session: the engine's, or a folder inside it."""
+        root = os.path.realpath(self.default_workspace)
+        if not requested:
+            return root
+        path = os.path.realpath(os.path.join(root, requested))
+        return path if path == root or path.startswith(root + os.sep) else None
 
     def _on_kill(self, message: KillSession, envelope: Envelope | None) -> None:
         sid = message.session_id
         if sid not in self.live:
             self.reply(envelope, Killed(session_id=sid, found=False))
             return
-        self.pending_kills[sid] = envelope
-        self.ask_async(self.subjects.session(sid), message, Killed, tag=f"kill:{sid}", timeout=5)
+        waiting = self.pending_kills.setdefault(sid, [])
+        waiting.append(envelope)
+        if len(waiting) == 1:
+            self.ask_async(
+                self.subjects.session(sid), message, Killed, tag=f"kill:{sid}", timeout=5
+            )
 
     def _on_killed(self, result: AskResult) -> None:
         kind, _, sid = result.tag.partition(":")
         if kind != "kill":
             return
-        envelope = self.pending_kills.pop(sid, None)
+        if result.error:
+            log.warning("session %s did not confirm its kill (%s); stopping it", sid,
+                        result.error)
         for handle in self.live.pop(sid, []):
             self.system.forget(handle)
-        self.reply(envelope, Killed(session_id=sid, found=True))
+        for envelope in self.pending_kills.pop(sid, []):
+            self.reply(envelope, Killed(session_id=sid, found=True))
 
     def on_stop(self) -> None:
         for handles in self.live.values():

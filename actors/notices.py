@@ -18,7 +18,11 @@ def _preview(tool_input: dict[str, Any]) -> str:
 
 
 def notice_for(event: str, data: dict[str, Any]) -> tuple[str, str] | None:
-    """(kind, text) for a session event, or None."""
+    """(kind, text) for a session event, or None.
+
+    Raises KeyError, TypeError or AttributeError when ``data`` does not have the event's
+    shape (anyone can publish on the event subjects); the router treats that as bad input.
+    """
     if event == "AssistantMessageAppended":
         text = "".join(b.get("text", "") for b in data["content"] if b.get("type") == "text")
         return ("reply", text) if text.strip() else None

@@ -129,8 +129,15 @@ class Bus(Protocol):
     Callbacks run on the bus's asyncio loop and must not block: hand work to an actor.
     """
 
-    def publish(self, subject: str, data: bytes, headers: dict[str, str] | None = None) -> None:
-        """Publish without waiting (ordered per calling thread)."""
+    def publish(
+        self,
+        subject: str,
+        data: bytes,
+        headers: dict[str, str] | None = None,
+        reply: str = "",
+    ) -> None:
+        """Publish without waiting (ordered per calling thread); ``reply`` forwards a
+        request so the final handler answers the original requester."""
         ...
 
     def subscribe(

@@ -25,6 +25,7 @@ class NotificationRouterActor(TetherActor):
         super().__init__(system)
         self.channels: dict[str, str] = {}
         self.sent = 0
+        self.last_version: dict[str, int] = {}
 
     def handle(self, message: Any, envelope: Envelope | None) -> None:
         if isinstance(message, StreamDelta):
@@ -39,13 +40,23 @@ class NotificationRouterActor(TetherActor):
             self._send(delta.session_id, "stream", delta.text, delta.seq)
 
     def _on_event(self, event: RelayedEvent) -> None:
+        # A session's events arrive in version order; a version seen before is a
+        # re-publish (after a relay restart) whose notice was already sent.
         sid = event.aggregate_id
+        if event.version <= self.last_version.get(sid, 0):
+            return
+        self.last_version[sid] = event.version
         if event.event in ("Created", "UserMessageReceived"):
             channel = event.data.get("channel")
             if isinstance(channel, str) and channel:
                 self.channels[sid] = channel
             return
-        notice = notice_for(event.event, event.data)
+        try:
+            notice = notice_for(event.event, event.data)
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            # Not a Tether event: somebody else published on the event subjects.
+            log.warning("router: ignoring malformed %s event %s: %r", event.event, event.id, exc)
+            return
         if notice is not None:
             self._send(sid, notice[0], notice[1], event.id)
 

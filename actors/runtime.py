@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import msgspec
@@ -74,6 +76,7 @@ class TetherActor(pykka.ThreadingActor):
         self.bus: Bus = system.bus
         self.subjects: Subjects = system.subjects
         self._failures: list[float] = []
+        self._stopped_for_good = False
 
     # --- to be overridden ---------------------------------------------------------------
 
@@ -85,7 +88,9 @@ class TetherActor(pykka.ThreadingActor):
         raise NotImplementedError
 
     def on_failure_recorded(self, error: str) -> None:
-        """Record a handler failure (actors with an aggregate store it as an event)."""
+        """Record a handler failure; by default in the system's failure log (sessions
+        store it on their own aggregate instead)."""
+        self.system.record_failure(self.name, error, restarted=True)
 
     # --- plumbing -----------------------------------------------------------------------
 
@@ -93,6 +98,12 @@ class TetherActor(pykka.ThreadingActor):
         self.recover()
 
     def on_receive(self, message: Any) -> Any:
+        if self._stopped_for_good:
+            # Messages queued behind the failure that stopped this actor: refuse, don't run.
+            if isinstance(message, Envelope) and message.reply:
+                self.bus.publish(message.reply, encode(ErrorReply(
+                    error="actor_stopped", reason=f"{self.name} has stopped after failures")))
+            return None
         try:
             if isinstance(message, Envelope):
                 self.handle(message.message, message)
@@ -111,13 +122,18 @@ class TetherActor(pykka.ThreadingActor):
         try:
             self.on_failure_recorded(error)
             self.recover()
-        except Exception:
+        except Exception as again:
             log.exception("%s could not restart; stopping it", self.name)
-            self.stop()
+            self._give_up(f"could not restart: {type(again).__name__}: {again}")
             return
         if len(self._failures) > MAX_RESTARTS:
-            log.error("%s failed %d times in a minute; stopping it", self.name, MAX_RESTARTS)
-            self.stop()
+            self._give_up(f"failed {len(self._failures)} times within {RESTART_WINDOW:g} s")
+
+    def _give_up(self, why: str) -> None:
+        self._stopped_for_good = True
+        log.error("%s stopped for good: %s", self.name, why)
+        self.system.gave_up(self.actor_ref, self.name, why)
+        self.stop()
 
     @property
     def name(self) -> str:
@@ -128,9 +144,9 @@ class TetherActor(pykka.ThreadingActor):
         if envelope is not None and envelope.reply:
             self.bus.publish(envelope.reply, encode(message))
 
-    def send(self, subject: str, message: Any) -> None:
-        """Publish a message (tell by address)."""
-        self.bus.publish(subject, encode(message))
+    def send(self, subject: str, message: Any, reply: str = "") -> None:
+        """Publish a message (tell by address); ``reply`` forwards a request's reply subject."""
+        self.bus.publish(subject, encode(message), reply=reply)
 
     def ask_async(
         self, subject: str, message: Any, reply_type: Any, tag: str, timeout: float
@@ -139,19 +155,25 @@ class TetherActor(pykka.ThreadingActor):
         decoder: Decoder[Any] = Decoder(reply_type | ErrorReply)
         ref = self.actor_ref
 
+        def deliver(result: AskResult) -> None:
+            try:
+                ref.tell(result)
+            except pykka.ActorDeadError:
+                log.debug("reply %s arrived after the actor stopped", tag)
+
         def on_reply(data: bytes | None, error: str) -> None:
             if data is None:
-                ref.tell(AskResult(tag, error=error))
+                deliver(AskResult(tag, error=error))
                 return
             try:
                 answer = decoder.decode(data)
             except DecodeFailure as exc:
-                ref.tell(AskResult(tag, error=exc.reason))
+                deliver(AskResult(tag, error=exc.reason))
                 return
             if isinstance(answer, ErrorReply):
-                ref.tell(AskResult(tag, error=f"{answer.error}: {answer.reason}"))
+                deliver(AskResult(tag, error=f"{answer.error}: {answer.reason}"))
             else:
-                ref.tell(AskResult(tag, message=answer))
+                deliver(AskResult(tag, message=answer))
 
         self.bus.request(subject, encode(message), timeout, on_reply)
 
@@ -190,13 +212,40 @@ class ActorHandle:
 class ActorSystem:
     """Starts actors, binds them to subjects, dead-letters bad input, stops them all."""
 
-    def __init__(self, bus: Bus, subjects: Subjects) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        subjects: Subjects,
+        failure_log: Callable[[str, str, str, bool], None] | None = None,
+    ) -> None:
         self.bus = bus
         self.subjects = subjects
         self.deadletters = 0
         self.failures = 0
+        self.stopped_for_good: list[str] = []
+        self.process = uuid.uuid4().hex[:12]
+        self._failure_log = failure_log
         self._handles: list[ActorHandle] = []
         self._lock = threading.Lock()
+
+    def record_failure(self, actor: str, error: str, restarted: bool) -> None:
+        """Store an actor's failure through the failure log (logged only without one)."""
+        if self._failure_log is not None:
+            self._failure_log(self.process, actor, error, restarted)
+
+    def gave_up(self, ref: pykka.ActorRef[Any], name: str, why: str) -> None:
+        """An actor stops for good: close its subscriptions (senders then get "no
+        responders" instead of silence) and record it."""
+        self.stopped_for_good.append(name)
+        with self._lock:
+            handles = [h for h in self._handles if h.ref == ref]
+        for handle in handles:
+            for sub in handle.subscriptions:
+                sub.close()
+        try:
+            self.record_failure(name, why, restarted=False)
+        except Exception:
+            log.exception("could not record that %s stopped", name)
 
     def start(
         self, actor_class: type[TetherActor], bindings: list[Binding], **kwargs: Any

@@ -42,6 +42,7 @@ from actors.redact import Redactor
 from actors.runtime import ActorSystem, AskResult, Envelope, TetherActor
 from events.application import TetherApplication
 from events.messages import (
+    Accepted,
     BarrierCheck,
     BarrierResult,
     ContentBlock,
@@ -150,7 +151,6 @@ class SessionActor(TetherActor):
         self.partial = ""
         self.done: MessageDone | None = None
         self.task: Future[None] | None = None
-        self.queue: deque[UserMessage] = deque()
         self.tool_queue: deque[ToolUseBlock] = deque()
         self.rounds = 0
         self.turn_usage = Usage()
@@ -176,7 +176,10 @@ class SessionActor(TetherActor):
         self.phase = "idle"
         self.tool_queue.clear()
         if session.status == "running":
-            # The process stopped mid-turn: the turn is lost, say so and carry on.
+            # The process (or this actor) stopped mid-turn: the turn is lost. Answer every
+            # tool call left without a result, so the history stays valid for the model,
+            # say what happened, and take up any queued message.
+            self._refuse_pending("the turn was interrupted by a restart before this call ran")
             self._record_failure("the turn was interrupted by a restart")
 
     def on_stop(self) -> None:
@@ -192,7 +195,7 @@ class SessionActor(TetherActor):
 
     def handle(self, message: Any, envelope: Envelope | None) -> None:
         if isinstance(message, UserMessage):
-            self._on_user_message(message)
+            self._on_user_message(message, envelope)
         elif isinstance(message, ModelDelta):
             self._on_model_delta(message)
         elif isinstance(message, ModelFailed):
@@ -213,16 +216,35 @@ class SessionActor(TetherActor):
 
     # --- turn ---------------------------------------------------------------------------
 
-    def _on_user_message(self, message: UserMessage) -> None:
-        if self.phase != "idle":
-            self.queue.append(message)
+    def _on_user_message(self, message: UserMessage, envelope: Envelope | None) -> None:
+        """Store the message first (as the next turn's start, or queued behind the running
+        turn), answer Accepted, then act on it."""
+        accepted = Accepted(session_id=self.session_id)
+        if self.phase != "idle" or self.session.queued:
+            self.session.queue_user_message(
+                text=message.text, channel=message.channel, user=message.user
+            )
+            self.app.save(self.session)
+            self.reply(envelope, accepted)
+            if self.phase == "idle":
+                self._start_queued()
             return
-        self.session.receive_user_message(
-            text=message.text, channel=message.channel, user=message.user
-        )
+        self._receive(message.text, message.channel, message.user)
+        self.reply(envelope, accepted)
+        self._begin_turn()
+
+    def _start_queued(self) -> None:
+        head = self.session.queued[0]
+        self._receive(head.text, head.channel, head.user)
+        self._begin_turn()
+
+    def _receive(self, text: str, channel: str, user: str) -> None:
+        self.session.receive_user_message(text=text, channel=channel, user=user)
         if self.session.status != "running":
             self.session.change_status(status="running", reason="user message")
         self.app.save(self.session)
+
+    def _begin_turn(self) -> None:
         self.rounds = 0
         self.turn_usage = Usage()
         self._call_model()
@@ -350,10 +372,20 @@ class SessionActor(TetherActor):
                 self._call_model()
             return
         call = self.tool_queue[0]
-        digest = action_hash(call.name, call.input)
+        try:
+            digest = action_hash(call.name, call.input)
+        except ValueError:  # NaN or Infinity in the input: not canonical JSON
+            digest = ""
         self.session.propose_tool_call(
             call_id=call.id, tool=call.name, tool_input=call.input, action_hash=digest
         )
+        if not digest:
+            self.session.decide_tool_call(
+                call_id=call.id, decision="deny", reason="the input is not valid JSON",
+                tier="protection",
+            )
+            self._refuse(call, "the input is not valid JSON (NaN or Infinity)")
+            return
         self.app.save(self.session)
         self.ask_async(
             self.subjects.gatekeeper,
@@ -393,7 +425,7 @@ class SessionActor(TetherActor):
             self._refuse(call, verdict.reason)
             return
         # Right before execution: the call must still be the one the gatekeeper judged.
-        if action_hash(call.name, call.input) != verdict.action_hash:
+        if action_hash(call.name, call.input) != verdict.action_hash:  # already known valid
             self._refuse(call, "action hash mismatch: the call changed after it was judged")
             return
         self.app.save(self.session)
@@ -420,6 +452,8 @@ class SessionActor(TetherActor):
 
     def _on_tool_finished(self, message: ToolFinished) -> None:
         if self.phase != "executing" or not self.tool_queue:
+            return
+        if message.generation != self.generation:
             return
         if self.tool_queue[0].id != message.call_id:
             return
@@ -457,16 +491,25 @@ class SessionActor(TetherActor):
     def _idle(self) -> None:
         self.phase = "idle"
         self.tool_queue.clear()
-        if self.queue:
-            self._on_user_message(self.queue.popleft())
+        if self.session.queued and self.session.status != "killed":
+            self._start_queued()
+
+    def _refuse_pending(self, reason: str) -> None:
+        """Give every tool call of the last assistant message a result (unsaved)."""
+        for call in self.session.pending_tool_calls():
+            if self.phase == "executing" and self.tool_queue and self.tool_queue[0].id == call.id:
+                why = f"{reason}; it was running, so its outcome is unknown"
+            else:
+                why = reason
+            self.session.refuse_tool_call(call_id=call.id, reason=why)
 
     def _kill(self, reason: str) -> None:
         self._cancel_stream()
-        self.queue.clear()
+        self._refuse_pending("the session was killed before this call finished")
         self.tool_queue.clear()
         if self.session.status != "killed":
             self.session.change_status(status="killed", reason=reason)
-            self.app.save(self.session)
+        self.app.save(self.session)
         self.phase = "idle"
         self.generation = -1
 

@@ -21,6 +21,30 @@ from adapters.config import ConfigError, Settings, load_settings_with_sources, r
 
 EXIT_USAGE = 2
 
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    from eventsourcing.persistence import PersistenceError
+
+    from actors.ports import BusError
+    from actors.runtime import AskTimeout, RemoteError
+    from adapters.nats_server import NatsServerError
+    from events.codec import DecodeFailure
+
+    return (
+        BusError, AskTimeout, RemoteError, NatsServerError, DecodeFailure, PersistenceError,
+        TimeoutError, OSError,
+    )
+
+
+EXPECTED_ERRORS = _expected_errors()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if type(exc).__module__.startswith(("eventsourcing", "psycopg", "sqlite3")):
+        return f"the event store failed: {text}"
+    return text
+
 NO_MODEL_HELP = """\
 tether: no model is configured.
   To use the Anthropic API, set your key:      export ANTHROPIC_API_KEY=sk-ant-...
@@ -282,12 +306,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_index(argv: list[str]) -> int | None:
+    """Index of the command word (the first argument that is not an option)."""
+    skip = False
+    for index, word in enumerate(argv):
+        if skip:
+            skip = False
+        elif word == "--config":
+            skip = True
+        elif not word.startswith("-"):
+            return index
+    return None
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM and SIGHUP unwind like Ctrl-C, so every command shuts its engine down
+    (actors, relay, embedded NATS server) instead of leaving parts running."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tether`` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    if "fake-llm" in argv:
-        index = argv.index("fake-llm")
+    index = _command_index(argv)
+    if index is not None and argv[index] == "fake-llm":
         args = parser.parse_args(argv[: index + 1])
         return cmd_fake_llm(args, argv[index + 1 :])
     args = parser.parse_args(argv)
@@ -295,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if threading.current_thread() is threading.main_thread():
+        _stop_on_signals()
     try:
         result: int = args.func(args)
         return result
@@ -303,6 +353,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except EXPECTED_ERRORS as exc:
+        # Failures a user can act on (unreachable server, unknown session, timeout): one
+        # line, no traceback. Run with -v for the details in the log.
+        print(f"tether: {_describe(exc)}", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         # The reader went away (`tether events X | head`): not an error of ours. Point
         # stdout at /dev/null so the interpreter's final flush does not complain either.

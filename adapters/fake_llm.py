@@ -203,6 +203,55 @@ def last_user_text(body: dict[str, Any]) -> str:
     return ""
 
 
+def request_problem(body: dict[str, Any]) -> str | None:
+    """What the real Messages API would refuse in this request, or None.
+
+    Checked: ``messages`` is a non-empty list starting with a user message; roles are
+    ``user`` or ``assistant``; text blocks are not empty; every tool_use of an assistant
+    message is answered by a tool_result in the next message, which must be a user one;
+    every tool_result answers a tool_use of the message just before it.
+    """
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages: at least one message is required"
+    if not isinstance(messages[0], dict) or messages[0].get("role") != "user":
+        return "messages: the first message must use the user role"
+    previous_uses: set[str] = set()
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            return f"messages.{index}: role must be user or assistant"
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if not isinstance(blocks, list) or not blocks:
+            return f"messages.{index}: content must be a non-empty string or list"
+        uses = {
+            str(b.get("id")) for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"
+        }
+        results = {
+            str(b.get("tool_use_id"))
+            for b in blocks
+            if isinstance(b, dict) and b.get("type") == "tool_result"
+        }
+        for block in blocks:
+            if isinstance(block, dict) and block.get("type") == "text" and not block.get("text"):
+                return f"messages.{index}: text content blocks must be non-empty"
+        if previous_uses:
+            missing = previous_uses - results
+            if message["role"] != "user" or missing:
+                return (
+                    f"messages.{index}: `tool_use` ids were found without `tool_result` blocks "
+                    f"immediately after: {', '.join(sorted(missing or previous_uses))}"
+                )
+        extra = results - previous_uses
+        if extra:
+            return (
+                f"messages.{index}: unexpected `tool_use_id` found in `tool_result` blocks: "
+                f"{', '.join(sorted(extra))}"
+            )
+        previous_uses = uses if message["role"] == "assistant" else set()
+    return None
+
+
 def _chunks(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
@@ -478,6 +527,12 @@ class _Handler(BaseHTTPRequestHandler):
             body = None
         if not isinstance(body, dict):
             self._send_json(400, _error_body("invalid_request_error", "body must be a JSON object"))
+            return
+        problem = request_problem(body)
+        if problem is not None:
+            # As the real API does: an invalid conversation is refused before anything is
+            # served (the request is not recorded and no response is used up).
+            self._send_json(400, _error_body("invalid_request_error", problem))
             return
         fake = self.server.fake
         response = fake._record(body)

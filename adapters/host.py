@@ -8,6 +8,7 @@ demand by the manager. Stop runs the same list backwards, and always runs in ful
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -67,6 +68,11 @@ def known_secrets(settings: Settings) -> list[str]:
     return [v for v in values if v]
 
 
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
+
+
 def user_rules_dir() -> str:
     """The user's own TTSR rules folder (``$XDG_CONFIG_HOME/tether/rules``)."""
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
@@ -124,8 +130,10 @@ class Host:
         if not settings.nats_url:
             self.nats = EmbeddedNats.from_settings(settings).start()
             self._stack.append(self.nats.stop)
-            with open(os.path.join(settings.state_dir, "nats.url"), "w") as fh:
+            url_file = os.path.join(settings.state_dir, "nats.url")
+            with open(url_file, "w") as fh:
                 fh.write(self.nats.url + "\n")
+            self._stack.append(lambda: _remove(url_file))
         self.bus = NatsBus(self.nats_url, name=f"tether-{settings.namespace}")
         self._stack.append(self.bus.close)
         self._stack.append(self._close_provider)
@@ -139,7 +147,7 @@ class Host:
         self._stack.append(self.view_follower.stop)
         self.relay = EventRelay(self.app, self.bus, self.subjects).start()
         self._stack.append(self.relay.stop)
-        self.system = ActorSystem(self.bus, self.subjects)
+        self.system = ActorSystem(self.bus, self.subjects, failure_log=self._record_failure)
         self._stack.append(self.system.stop_all)
         warm.join()
         if self.start_actors:
@@ -219,6 +227,9 @@ class Host:
         """The session view, caught up with the log first."""
         self.view_follower.catch_up()
         return self.view.rows()
+
+    def _record_failure(self, process: str, actor: str, error: str, restarted: bool) -> None:
+        self.app.record_actor_failure(process, actor, error, restarted)
 
     def _close_provider(self) -> None:
         aclose = getattr(self.provider, "aclose", None)

@@ -27,6 +27,9 @@ from actors.ports import BusError, Inbound, RequestTimeout
 
 log = logging.getLogger(__name__)
 
+NO_RESPONDERS_BACKOFF = 0.1
+"""Seconds between retries of a request that found nobody listening."""
+
 
 class _Sub:
     def __init__(self, bus: NatsBus, sub: Any) -> None:
@@ -78,7 +81,8 @@ class NatsBus:
             return await asyncio.wait_for(self._open(name, on_error, on_disconnect,
                                                      on_reconnect), timeout)
         except Exception as exc:
-            raise BusError(f"cannot connect to NATS at {self.url}: {exc or 'timed out'}") from exc
+            reason = str(exc) or type(exc).__name__
+            raise BusError(f"cannot connect to NATS at {self.url}: {reason}") from exc
 
     async def _open(
         self,
@@ -102,14 +106,23 @@ class NatsBus:
 
     # --- thread-safe API ----------------------------------------------------------------
 
-    def publish(self, subject: str, data: bytes, headers: dict[str, str] | None = None) -> None:
-        """Publish without waiting; messages from one thread keep their order."""
+    def publish(
+        self,
+        subject: str,
+        data: bytes,
+        headers: dict[str, str] | None = None,
+        reply: str = "",
+    ) -> None:
+        """Publish without waiting; messages from one thread keep their order. ``reply``
+        forwards a request: whoever answers, answers the original requester."""
         if self.closed:
             return
-        self.loop.call_soon_threadsafe(self._publish_now, subject, data, headers)
+        self.loop.call_soon_threadsafe(self._publish_now, subject, data, headers, reply)
 
-    def _publish_now(self, subject: str, data: bytes, headers: dict[str, str] | None) -> None:
-        task = self.loop.create_task(self.nc.publish(subject, data, headers=headers))
+    def _publish_now(
+        self, subject: str, data: bytes, headers: dict[str, str] | None, reply: str
+    ) -> None:
+        task = self.loop.create_task(self.nc.publish(subject, data, reply=reply, headers=headers))
         task.add_done_callback(_log_failure)
 
     def subscribe(
@@ -144,6 +157,8 @@ class NatsBus:
                 reply = await self._request(subject, data, timeout)
             except BusError as exc:
                 on_reply(None, str(exc))
+            except Exception as exc:  # every failure must reach the asker, or it waits forever
+                on_reply(None, f"{type(exc).__name__}: {exc}")
             else:
                 on_reply(reply, "")
 
@@ -155,13 +170,21 @@ class NatsBus:
         return result
 
     async def _request(self, subject: str, data: bytes, timeout: float) -> bytes:
-        try:
-            msg = await self.nc.request(subject, data, timeout=timeout)
-        except NatsTimeout:
-            raise RequestTimeout(f"no reply from {subject} within {timeout:g} s") from None
-        except NoRespondersError:
-            raise BusError(f"nobody is listening on {subject}") from None
-        return bytes(msg.data)
+        # "No responders" is retried within the timeout: right after a reconnect the
+        # responder's subscription may not be back yet.
+        deadline = self.loop.time() + timeout
+        while True:
+            left = deadline - self.loop.time()
+            try:
+                msg = await self.nc.request(subject, data, timeout=max(left, 0.001))
+            except NatsTimeout:
+                raise RequestTimeout(f"no reply from {subject} within {timeout:g} s") from None
+            except NoRespondersError:
+                if deadline - self.loop.time() < NO_RESPONDERS_BACKOFF:
+                    raise BusError(f"nobody is listening on {subject}") from None
+                await asyncio.sleep(NO_RESPONDERS_BACKOFF)
+                continue
+            return bytes(msg.data)
 
     def spawn(self, factory: Callable[[], Coroutine[Any, Any, None]]) -> Future[None]:
         """Run a coroutine on the loop; cancelling the returned future cancels the task."""

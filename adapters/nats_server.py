@@ -267,6 +267,9 @@ class EmbeddedNats:
                 stdout=self._log_file,
                 stderr=subprocess.STDOUT,
                 close_fds=True,
+                # Its own session: Ctrl-C in the terminal reaches Tether, which stops the
+                # server after its own orderly shutdown, not before it.
+                start_new_session=True,
             )
         except OSError as exc:
             self._reap()

@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 NOTIFICATION_HEADER = "Tether-Notification-Id"
 DUPLICATE_WINDOW = 120.0
 SCAN_BACK = 1000
+DEFAULT_MAX_PAYLOAD = 1024 * 1024
+PAYLOAD_HEADROOM = 4096
+"""Bytes kept free under the server's max_payload for headers and protocol framing."""
 """How many foreign messages at the end of the stream the relay walks past on start."""
 
 
@@ -50,6 +53,8 @@ class EventRelay:
         self.subjects = subjects
         self.relayed = 0
         self._position = 0
+        self.resumed_from = 0
+        """The notification id the last start found in JetStream (relaying resumed after it)."""
         self._short_ids: dict[uuid.UUID, str] = {}
         self.follower = Follower(
             app,
@@ -63,6 +68,7 @@ class EventRelay:
         """Create the stream if needed, find where the last run stopped, and follow."""
         self.bus.call(self._ensure_stream)
         self._position = self.bus.call(self._last_relayed)
+        self.resumed_from = self._position
         self.follower.start()
         return self
 
@@ -147,7 +153,18 @@ class EventRelay:
             data=msgspec.to_builtins(data),
         )
         subject = self.subjects.event(aggregate, short, event_name)
-        return notification.id, subject, msgspec.json.encode(relayed)
+        payload = msgspec.json.encode(relayed)
+        limit = self._max_payload() - PAYLOAD_HEADROOM
+        if len(payload) > limit:
+            # Too big for the bus (a huge tool input, say): relay the envelope without the
+            # data, so the stream keeps its order and nothing stalls. The store has it all.
+            relayed.data = {"truncated": True, "size": len(payload)}
+            payload = msgspec.json.encode(relayed)
+        return notification.id, subject, payload
+
+    def _max_payload(self) -> int:
+        value = getattr(self.bus.nc, "max_payload", 0)
+        return int(value) if value else DEFAULT_MAX_PAYLOAD
 
     def _short_id(self, aggregate: str, originator: uuid.UUID, domain_event: Any) -> str:
         if aggregate != "session":
@@ -173,5 +190,5 @@ class EventRelay:
             except Exception:
                 log.warning("relay: JetStream did not acknowledge event %s; will retry", nid)
                 raise
-            self._position = nid
+            self._position = max(self._position, nid)
             self.relayed += 1

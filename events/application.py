@@ -21,6 +21,7 @@ from eventsourcing.utils import get_topic
 from events.decisions import ToolDecision
 from events.mapper import MsgspecMapper
 from events.session import Session, session_uuid
+from events.supervision import ActorLog, actorlog_uuid
 from events.ttsr import RuleLog, rulelog_uuid
 
 A = TypeVar("A", bound=Aggregate)
@@ -29,6 +30,7 @@ AGGREGATE_NAMES: dict[type, str] = {
     Session: "session",
     ToolDecision: "decision",
     RuleLog: "rulelog",
+    ActorLog: "actorlog",
 }
 """Short aggregate names used in relayed subjects (``<ns>.evt.<name>.<id>.<event>``)."""
 
@@ -92,6 +94,16 @@ class TetherApplication(Application[uuid.UUID]):
     def rule_log(self, session_id: str) -> RuleLog | None:
         """The TTSR rule log of a session, or None if no rule fired yet."""
         return self.load(rulelog_uuid(session_id), RuleLog)
+
+    def record_actor_failure(
+        self, process: str, actor: str, error: str, restarted: bool
+    ) -> None:
+        """Append ``ActorFailed`` to the actor's log in this process (created if new)."""
+        log = self.load(actorlog_uuid(process, actor), ActorLog) or ActorLog(
+            process=process, actor=actor
+        )
+        log.record_failure(error=error, restarted=restarted)
+        self.save(log)
 
     def session_events(self, session_id: str) -> list[Any]:
         """Every stored event of a session, oldest first."""

@@ -1,7 +1,7 @@
 """The ToolDecision aggregate: the gatekeeper's audit record of one tool call.
 
-One aggregate per tool call (id derived from the call id), so gatekeepers in a queue group
-never contend for the same aggregate.
+One aggregate per tool call (id derived from the session, the call id and the action
+hash), so gatekeepers in a queue group never contend for the same aggregate.
 """
 
 from __future__ import annotations
@@ -14,17 +14,18 @@ from eventsourcing.domain import Aggregate, event
 DECISION_NAMESPACE = uuid.UUID("0b8f3c1e-3c55-4d7e-9a3f-5f0e7d9b2a44")
 
 
-def decision_uuid(call_id: str) -> uuid.UUID:
-    """The aggregate id of the decision about tool call ``call_id``."""
-    return uuid.uuid5(DECISION_NAMESPACE, f"decision:{call_id}")
+def decision_uuid(session_id: str, call_id: str, action_hash: str) -> uuid.UUID:
+    """The aggregate id of the decision about one call: a session's call id and the hash
+    of what it does (a model may reuse an id for another call; that is judged anew)."""
+    return uuid.uuid5(DECISION_NAMESPACE, f"decision:{session_id}:{call_id}:{action_hash}")
 
 
 class ToolDecision(Aggregate):
     """Who decided what about one tool call, and why."""
 
     @staticmethod
-    def create_id(call_id: str, **_: Any) -> uuid.UUID:
-        return decision_uuid(call_id)
+    def create_id(call_id: str, session_id: str, action_hash: str, **_: Any) -> uuid.UUID:
+        return decision_uuid(session_id, call_id, action_hash)
 
     @event("Evaluated")
     def __init__(

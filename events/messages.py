@@ -8,9 +8,18 @@ them into strict decoders. Fields are plain JSON types so any language can join 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
+
+Token = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]+\Z", max_length=64)]
+"""A name that becomes one NATS subject token (session ids, channel names)."""
+
+OptionalToken = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]*\Z", max_length=64)]
+"""A Token, or empty."""
+
+Text = Annotated[str, msgspec.Meta(min_length=1)]
+"""Non-empty text (the Messages API refuses empty text blocks)."""
 
 
 def _snake(name: str) -> str:
@@ -71,9 +80,9 @@ class UserMessage(Message):
     ``session_id`` continues a session, empty starts a new one.
     """
 
-    text: str
-    channel: str
-    session_id: str = ""
+    text: Text
+    channel: Token
+    session_id: OptionalToken = ""
     user: str = "user"
     workspace: str = ""
 
@@ -136,7 +145,7 @@ class SessionList(Message):
 class KillSession(Message):
     """Stop a session now (manager or session subject)."""
 
-    session_id: str
+    session_id: Token
     reason: str = "killed by user"
 
 
@@ -153,7 +162,7 @@ class Killed(Message):
 class Interrupt(Message):
     """Sent by the TTSR monitor on ``<ns>.session.<id>``: abort the current generation."""
 
-    session_id: str
+    session_id: Token
     generation: int
     rules: list[str]
     reminder: str
@@ -169,13 +178,13 @@ class StreamDelta(Message):
     the ``channel`` the reply should go to.
     """
 
-    session_id: str
+    session_id: Token
     generation: int
     seq: int
     kind: Literal["turn_start", "text", "tool_start", "tool_input", "end"]
     text: str = ""
     block: int = 0
-    channel: str = ""
+    channel: OptionalToken = ""
 
 
 # --- TTSR monitor -----------------------------------------------------------------------
@@ -185,7 +194,7 @@ class BarrierCheck(Message):
     """Session -> monitor request: has everything up to ``seq`` of ``generation`` been
     checked, and is it clear of every eligible rule?"""
 
-    session_id: str
+    session_id: Token
     generation: int
     seq: int
 
@@ -205,7 +214,7 @@ class BarrierResult(Message):
 class ToolProposal(Message):
     """Session -> gatekeeper request on ``<ns>.gatekeeper``: may this call run?"""
 
-    session_id: str
+    session_id: Token
     call_id: str
     tool: str
     input: dict[str, Any]
@@ -244,8 +253,8 @@ class RelayedEvent(msgspec.Struct, kw_only=True):
     """
 
     id: int
-    aggregate: str
-    aggregate_id: str
+    aggregate: Token
+    aggregate_id: Token
     originator_id: str
     version: int
     event: str

@@ -26,6 +26,14 @@ class Turn(msgspec.Struct):
     content: list[ContentBlock]
 
 
+class QueuedMessage(msgspec.Struct):
+    """A user message that arrived while a turn was running, waiting for its turn."""
+
+    text: str
+    channel: str
+    user: str
+
+
 class Session(Aggregate):
     """One agent session. Its id is a UUID derived from the session's short id."""
 
@@ -48,9 +56,17 @@ class Session(Aggregate):
         self.cost_usd = 0.0
         self.fired_rules: list[str] = []
         self.failures = 0
+        self.queued: list[QueuedMessage] = []
+
+    @event("UserMessageQueued")
+    def queue_user_message(self, text: str, channel: str, user: str) -> None:
+        self.queued.append(QueuedMessage(text, channel, user))
 
     @event("UserMessageReceived")
     def receive_user_message(self, text: str, channel: str, user: str) -> None:
+        # A queued message is taken up in order: receiving it removes it from the queue.
+        if self.queued and self.queued[0] == QueuedMessage(text, channel, user):
+            self.queued.pop(0)
         self.history.append(Turn("user", [TextBlock(text)]))
         self.channel = channel
 
@@ -102,6 +118,8 @@ class Session(Aggregate):
     @event("StatusChanged")
     def change_status(self, status: str, reason: str) -> None:
         self.status = status
+        if status == "killed":
+            self.queued.clear()  # a kill drops what was waiting (the events keep it)
 
     @event("TurnCompleted")
     def complete_turn(self, rounds: int, usage: Usage, cost_usd: float, stop: str) -> None:

@@ -94,6 +94,10 @@ class SQLiteSessionViewRecorder(SQLiteTrackingRecorder):
     def apply(self, session_id: str | None, update: Update, tracking: Tracking) -> None:
         """Update one row (if any) and record ``tracking`` in the same transaction."""
         with self.datastore.transaction(commit=True) as c:
+            # Write first: the tracking insert takes the write lock before anything is
+            # read, so another process's commit cannot invalidate what we read (SQLite
+            # would answer "database is locked" to a read-then-write in a plain BEGIN).
+            self._insert_tracking(c, tracking)
             if session_id is not None:
                 c.execute("SELECT * FROM session_view WHERE session_id = ?", (session_id,))
                 found = c.fetchone()
@@ -103,7 +107,6 @@ class SQLiteSessionViewRecorder(SQLiteTrackingRecorder):
                         "INSERT OR REPLACE INTO session_view VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                         msgspec.structs.astuple(row),
                     )
-            self._insert_tracking(c, tracking)
 
     def rows(self) -> list[SessionSummary]:
         """Every session, most recently active first."""
@@ -135,6 +138,7 @@ class PostgresSessionViewRecorder(PostgresTrackingRecorder):
     def apply(self, session_id: str | None, update: Update, tracking: Tracking) -> None:
         """Update one row (if any) and record ``tracking`` in the same transaction."""
         with self.datastore.transaction(commit=True) as c:
+            self._insert_tracking(c, tracking)  # first, as on SQLite
             if session_id is not None:
                 c.execute(
                     SQL("SELECT * FROM {0} WHERE session_id = %s FOR UPDATE").format(
@@ -156,7 +160,6 @@ class PostgresSessionViewRecorder(PostgresTrackingRecorder):
                         ).format(self._table()),
                         msgspec.structs.astuple(row),
                     )
-            self._insert_tracking(c, tracking)
 
     def rows(self) -> list[SessionSummary]:
         """Every session, most recently active first."""

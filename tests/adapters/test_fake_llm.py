@@ -133,7 +133,10 @@ responses:
         tool_result = _request()
         tool_result["messages"] = [
             {"role": "user", "content": "read it"},
-            {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "t1", "name": "read_file", "input": {}}],
+            },
             {
                 "role": "user",
                 "content": [
@@ -305,3 +308,32 @@ def test_command_rejects_a_bad_script(tmp_path: Path, capsys: pytest.CaptureFixt
     script.write_text("responses: 3\n")
     assert main(["--script", str(script)]) == 2
     assert "script.yaml" in capsys.readouterr().err
+
+
+def test_a_conversation_the_real_api_would_refuse_gets_a_400() -> None:
+    script = parse_script("responses:\n  - blocks: [{text: never served}]\n")
+    unanswered = _request()
+    unanswered["messages"] = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t9", "name": "x",
+                                            "input": {}}]},
+        {"role": "user", "content": [{"type": "text", "text": "and now?"}]},
+    ]
+    empty_text = _request()
+    empty_text["messages"] = [{"role": "user", "content": [{"type": "text", "text": ""}]}]
+    stray_result = _request()
+    stray_result["messages"] = [
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                      "content": "x"}]},
+    ]
+    with FakeLLM(script) as fake:
+        for body, expected in (
+            (unanswered, "without `tool_result`"),
+            (empty_text, "must be non-empty"),
+            (stray_result, "unexpected `tool_use_id`"),
+        ):
+            status, _, payload = _post(fake, body)
+            assert status == 400
+            error = json.loads(payload)["error"]
+            assert error["type"] == "invalid_request_error" and expected in error["message"]
+        assert fake.requests == [] and fake.remaining == 1

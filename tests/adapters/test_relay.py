@@ -153,7 +153,7 @@ def test_relay_resumes_after_stop_with_every_event_once_in_order(env: Env) -> No
 
     relay2 = EventRelay(app, env.bus, env.subjects).start()
     try:
-        assert relay2.position == stopped_at  # it resumes from what JetStream holds
+        assert relay2.resumed_from == stopped_at  # it resumes from what JetStream holds
         _wait_until(lambda: relay2.position == total, "the second relay to catch up")
         # And it keeps following new saves.
         _store_session(app, "live")
@@ -173,7 +173,7 @@ def test_relay_resumes_after_stop_with_every_event_once_in_order(env: Env) -> No
     assert second.event == "UserMessageReceived" and second.data["text"] == "hello before0"
     decision = [e for e in events if e.aggregate == "decision"]
     assert len(decision) == 1 and decision[0].event == "Evaluated"
-    assert decision[0].aggregate_id == str(decision_uuid("call-1"))
+    assert decision[0].aggregate_id == str(decision_uuid("s", "call-1", "h"))
     assert decision[0].data["tool_input"] == {"path": "x"}
 
 

@@ -59,6 +59,7 @@ def full_session(sid: str = "abc123") -> Session:
                                usage=Usage(input_tokens=200, output_tokens=15), generation=3)
     s.complete_turn(rounds=2, usage=Usage(input_tokens=320, output_tokens=45), cost_usd=0.0123,
                     stop="end_turn")
+    s.queue_user_message(text="and the logout", channel="web", user="ana")
     s.fail_turn(error="provider timed out")
     s.record_actor_failure(error="boom")
     s.change_status(status="completed", reason="done")
@@ -68,7 +69,7 @@ def full_session(sid: str = "abc123") -> Session:
 SESSION_EVENT_NAMES = {
     "Created", "UserMessageReceived", "AssistantMessageAppended", "ToolCallProposed",
     "ToolCallDecided", "ToolCallExecuted", "ToolCallRefused", "TtsrInterrupted",
-    "StatusChanged", "TurnCompleted", "TurnFailed", "ActorFailed",
+    "StatusChanged", "TurnCompleted", "TurnFailed", "ActorFailed", "UserMessageQueued",
 }
 
 
@@ -91,13 +92,14 @@ def test_session_reloaded_from_store_equals_original(app: TetherApplication) -> 
 
     assert loaded is not None
     assert loaded == original
-    assert loaded.version == 16
+    assert loaded.version == 17
     assert loaded.status == "completed"
     assert (loaded.turns, loaded.input_tokens, loaded.output_tokens) == (2, 320, 45)
     assert loaded.cost_usd == pytest.approx(0.0123)
     assert loaded.failures == 1
     assert loaded.fired_rules == ["no-rm"]
     assert loaded.channel == "web"
+    assert [q.text for q in loaded.queued] == ["and the logout"]
     assert loaded.history == [
         Turn("user", [TextBlock("fix the login bug")]),
         Turn("assistant", [
@@ -120,7 +122,7 @@ def test_events_come_back_typed(app: TetherApplication) -> None:
 
     events = app.session_events("abc123")
 
-    assert [e.originator_version for e in events] == list(range(1, 17))
+    assert [e.originator_version for e in events] == list(range(1, 18))
     for e in events:
         assert isinstance(e.originator_id, uuid.UUID)
         assert e.originator_id == session_uuid("abc123")
@@ -139,7 +141,7 @@ def test_stored_state_is_json(app: TetherApplication) -> None:
 
     stored = app.recorder.select_events(session_uuid("abc123"))
 
-    assert len(stored) == 16
+    assert len(stored) == 17
     states = [(s.topic.rsplit(".", 1)[-1], json.loads(s.state)) for s in stored]
     by_topic: dict[str, Any] = {}
     for name, state in states:
@@ -263,6 +265,6 @@ def test_state_round_trip_through_msgspec_is_stable(app: TetherApplication) -> N
 
     again = app.session("s2")
     assert again is not None
-    assert again.version == 17
+    assert again.version == 18
     assert again.history[-1] == Turn("user", [TextBlock("again")])
     assert msgspec.json.encode(again.history) == msgspec.json.encode(loaded.history)

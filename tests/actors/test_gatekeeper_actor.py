@@ -1,0 +1,62 @@
+"""The gatekeeper actor over NATS: every decision recorded, each call judged on its own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from actors.gatekeeper_policy import action_hash
+from actors.runtime import ask
+from adapters.fake_llm import FakeLLM
+from adapters.host import Host
+from events.decisions import ToolDecision, decision_uuid
+from events.messages import ToolProposal, Verdict
+
+
+def _propose(host: Host, sid: str, call: str, tool: str, tool_input: dict[str, str],
+             workspace: Path) -> Verdict:
+    proposal = ToolProposal(session_id=sid, call_id=call, tool=tool, input=tool_input,
+                            workspace=str(workspace),
+                            action_hash=action_hash(tool, tool_input))
+    return ask(host.bus, host.subjects.gatekeeper, proposal, Verdict, timeout=10)
+
+
+def test_a_reused_call_id_is_judged_again_and_recorded_apart(
+    database_url: str,
+    workspace: Path,
+    fake_llm: Callable[[str], FakeLLM],
+    make_host: Callable[..., Host],
+) -> None:
+    host = make_host(fake_llm("responses: []"), database_url=database_url)
+    denied = _propose(host, "s1", "toolu_1", "read_file", {"path": "/etc/passwd"}, workspace)
+    assert denied.decision == "deny" and "outside the workspace" in denied.reason
+    # The same id for a different call (another session, or the same after a restart of
+    # whatever numbers the calls) gets its own judgement, not the old one.
+    allowed = _propose(host, "s1", "toolu_1", "list_dir", {"path": "."}, workspace)
+    assert allowed.decision == "allow"
+    other = _propose(host, "s2", "toolu_1", "list_dir", {"path": "."}, workspace)
+    assert other.decision == "allow"
+    # A proposal re-sent unchanged keeps its first, recorded decision.
+    again = _propose(host, "s1", "toolu_1", "read_file", {"path": "/etc/passwd"}, workspace)
+    assert again.decision == "deny" and again.reason == denied.reason
+
+    recorded = [
+        host.app.load(decision_uuid(sid, "toolu_1", digest), ToolDecision)
+        for sid, digest in (
+            ("s1", action_hash("read_file", {"path": "/etc/passwd"})),
+            ("s1", action_hash("list_dir", {"path": "."})),
+            ("s2", action_hash("list_dir", {"path": "."})),
+        )
+    ]
+    assert [d.decision if d else None for d in recorded] == ["deny", "allow", "allow"]
+    assert recorded[0] is not None and recorded[0].session_id == "s1"
+
+
+def test_a_proposal_whose_hash_does_not_match_is_denied(
+    workspace: Path, fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host]
+) -> None:
+    host = make_host(fake_llm("responses: []"))
+    proposal = ToolProposal(session_id="s1", call_id="c1", tool="list_dir", input={"path": "."},
+                            workspace=str(workspace), action_hash="0" * 64)
+    verdict = ask(host.bus, host.subjects.gatekeeper, proposal, Verdict, timeout=10)
+    assert verdict.decision == "deny" and "hash" in verdict.reason

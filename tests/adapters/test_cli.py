@@ -1,0 +1,67 @@
+"""The command line as a user meets it: help everywhere, one-line errors, no tracebacks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+COMMANDS = ["config", "serve", "chat", "demo", "sessions", "events", "replay", "fake-llm"]
+
+
+def tether(*args: str, env: dict[str, str] | None = None, stdin: str = "") -> tuple[int, str, str]:
+    done = subprocess.run([sys.executable, "-m", "adapters.cli", *args], env=env,
+                          capture_output=True, text=True, input=stdin, timeout=120)
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("TETHER_", "ANTHROPIC_"))}
+    base.update({"TETHER_STATE_DIR": str(tmp_path / "state"), "HOME": str(tmp_path)})
+    return base
+
+
+def test_every_command_has_help(env: dict[str, str]) -> None:
+    code, out, _ = tether("--help", env=env)
+    assert code == 0
+    for name in COMMANDS:
+        assert name in out
+        code, out_cmd, err = tether(name, "--help", env=env)
+        assert code == 0, err
+        assert "usage:" in out_cmd
+
+
+def test_a_bad_setting_is_one_line_naming_the_key(env: dict[str, str]) -> None:
+    code, _, err = tether("config", env={**env, "TETHER_ROUND_LIMIT": "many"})
+    assert code == 2 and "TETHER_ROUND_LIMIT" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_config_masks_the_api_key(env: dict[str, str]) -> None:
+    key = "sk-ant-api03-" + "k" * 40
+    code, out, _ = tether("config", env={**env, "ANTHROPIC_API_KEY": key})
+    assert code == 0 and key not in out and "anthropic_api_key" in out
+
+
+def test_no_model_configured_says_what_to_do(env: dict[str, str]) -> None:
+    code, _, err = tether("serve", env=env)
+    assert code == 2 and "ANTHROPIC_API_KEY" in err and "fake-llm" in err
+    assert "Traceback" not in err
+
+
+def test_unknown_session_and_unreachable_engine_are_one_line(env: dict[str, str]) -> None:
+    code, out, err = tether("sessions", env=env)
+    assert code == 0 and "no sessions yet" in out
+    code, _, err = tether("events", "nope", env=env)
+    assert code == 2 and "no session" in err and "Traceback" not in err
+    # `events fake-llm` asks for a session named fake-llm: it does not start a server.
+    code, _, err = tether("events", "fake-llm", env=env)
+    assert code == 2 and "no session" in err
+    code, _, err = tether("chat", "--remote", env={**env, "TETHER_NATS_URL": "nats://127.0.0.1:1"},
+                          stdin="hi\n")
+    assert code == 1 and "cannot connect to NATS" in err and "Traceback" not in err
