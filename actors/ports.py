@@ -39,6 +39,14 @@ class TextDelta(msgspec.Struct, tag=True):
     text: str
 
 
+class ThinkingDelta(msgspec.Struct, tag=True):
+    """A piece of the model's streamed thinking in content block ``index`` (watched by
+    TTSR rules scoped to ``thinking``; not kept in the conversation)."""
+
+    index: int
+    text: str
+
+
 class ToolUseStart(msgspec.Struct, tag=True):
     """A tool_use block opened at ``index``."""
 
@@ -62,7 +70,7 @@ class MessageDone(msgspec.Struct, tag=True):
     usage: Usage
 
 
-ModelEvent = TextDelta | ToolUseStart | ToolInputDelta | MessageDone
+ModelEvent = TextDelta | ThinkingDelta | ToolUseStart | ToolInputDelta | MessageDone
 
 
 class ProviderError(Exception):

@@ -32,6 +32,7 @@ from actors.ports import (
     Provider,
     ProviderError,
     TextDelta,
+    ThinkingDelta,
     ToolExecutor,
     ToolInputDelta,
     ToolOutput,
@@ -49,6 +50,7 @@ from events.messages import (
     Interrupt,
     Killed,
     KillSession,
+    Remind,
     StreamDelta,
     TextBlock,
     ToolProposal,
@@ -60,6 +62,10 @@ from events.messages import (
 from events.session import Session
 
 log = logging.getLogger(__name__)
+
+
+MAX_UNCHECKED_RETRIES = 2
+"""Model calls repeated because the rule monitor missed part of the stream, per turn."""
 
 
 class SessionConfig(msgspec.Struct, kw_only=True):
@@ -154,6 +160,8 @@ class SessionActor(TetherActor):
         self.tool_queue: deque[ToolUseBlock] = deque()
         self.rounds = 0
         self.turn_usage = Usage()
+        self.unchecked_retries = 0
+        self.reminders: list[Remind] = []
         self.stream_subject = self.subjects.stream(session_id)
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -203,7 +211,11 @@ class SessionActor(TetherActor):
                 self._record_failure(message.error)
         elif isinstance(message, Interrupt):
             if message.generation == self.generation and self.phase in ("streaming", "barrier"):
-                self._interrupt(message.rules, message.reminder, message.source)
+                self._interrupt(message.rules, message.reminder, message.source,
+                                message.context_mode)
+        elif isinstance(message, Remind):
+            if self.phase != "idle" and all(r.rules != message.rules for r in self.reminders):
+                self.reminders.append(message)
         elif isinstance(message, AskResult):
             self._on_ask_result(message)
         elif isinstance(message, ToolFinished):
@@ -247,6 +259,8 @@ class SessionActor(TetherActor):
     def _begin_turn(self) -> None:
         self.rounds = 0
         self.turn_usage = Usage()
+        self.unchecked_retries = 0
+        self.reminders = []
         self._call_model()
 
     def _call_model(self) -> None:
@@ -268,7 +282,9 @@ class SessionActor(TetherActor):
 
     def _publish(self, kind: Any, text: str = "", block: int = 0) -> None:
         self.seq += 1
-        channel = self.session.channel if kind == "turn_start" else ""
+        start = kind == "turn_start"
+        channel = self.session.channel if start else ""
+        turn = self.session.completed_turns if start else 0
         self.send(
             self.stream_subject,
             StreamDelta(
@@ -279,6 +295,7 @@ class SessionActor(TetherActor):
                 text=text,
                 block=block,
                 channel=channel,
+                turn=turn,
             ),
         )
 
@@ -290,6 +307,8 @@ class SessionActor(TetherActor):
             text = self.redactor.text(event.text)
             self.partial += text
             self._publish("text", text, event.index)
+        elif isinstance(event, ThinkingDelta):
+            self._publish("thinking", self.redactor.text(event.text), event.index)
         elif isinstance(event, ToolUseStart):
             self._publish("tool_start", event.name, event.index)
         elif isinstance(event, ToolInputDelta):
@@ -313,17 +332,35 @@ class SessionActor(TetherActor):
             if self.phase != "barrier" or key != str(self.generation):
                 return
             answer = result.message
-            if result.error:
-                log.warning("TTSR barrier for %s failed (%s); continuing", self.session_id,
-                            result.error)
-            elif isinstance(answer, BarrierResult) and not answer.clear:
-                self._interrupt(answer.rules, answer.reminder, "text")
-                return
-            self._commit_message()
+            if not isinstance(answer, BarrierResult):
+                # Fail closed: nothing the monitor has not vouched for is stored or run.
+                self._record_failure(
+                    f"the rule monitor did not confirm the reply ({result.error}); "
+                    "stopped before storing it or running any tool"
+                )
+            elif answer.unchecked:
+                self._retry_unchecked()
+            elif not answer.clear:
+                self._interrupt(answer.rules, answer.reminder, "text", answer.context_mode)
+            else:
+                self._commit_message()
         elif kind == "verdict":
             self._on_verdict(key, result)
 
-    def _interrupt(self, rules: list[str], reminder: str, source: str) -> None:
+    def _retry_unchecked(self) -> None:
+        # The monitor missed part of this stream (it restarted, or a delta was lost): ask
+        # the model again so every delta of the reply is checked.
+        self.unchecked_retries += 1
+        if self.unchecked_retries > MAX_UNCHECKED_RETRIES:
+            self._record_failure("the rule monitor could not check the reply")
+            return
+        log.warning("session %s: the rule monitor missed part of the stream; asking again",
+                    self.session_id)
+        self._call_model()
+
+    def _interrupt(
+        self, rules: list[str], reminder: str, source: str, context_mode: str = "discard"
+    ) -> None:
         self._cancel_stream()
         self.session.record_ttsr_interruption(
             rules=rules,
@@ -331,6 +368,7 @@ class SessionActor(TetherActor):
             generation=self.generation,
             partial_text=self.redactor.text(self.partial),
             source=source,
+            context_mode=context_mode,
         )
         self.app.save(self.session)
         self._call_model()
@@ -470,7 +508,14 @@ class SessionActor(TetherActor):
 
     # --- endings ------------------------------------------------------------------------
 
+    def _add_reminders(self) -> None:
+        """Reminders of rules that did not abort the stream join the history now."""
+        for remind in self.reminders:
+            self.session.add_ttsr_reminder(rules=remind.rules, reminder=remind.reminder)
+        self.reminders = []
+
     def _complete_turn(self, stop: str) -> None:
+        self._add_reminders()
         self.session.complete_turn(
             rounds=self.rounds,
             usage=self.turn_usage,
@@ -483,6 +528,7 @@ class SessionActor(TetherActor):
 
     def _record_failure(self, error: str) -> None:
         self._cancel_stream()
+        self._add_reminders()
         self.session.fail_turn(error=error)
         self.session.change_status(status="waiting", reason=f"turn failed: {error}")
         self.app.save(self.session)
@@ -505,6 +551,7 @@ class SessionActor(TetherActor):
 
     def _kill(self, reason: str) -> None:
         self._cancel_stream()
+        self.reminders = []
         self._refuse_pending("the session was killed before this call finished")
         self.tool_queue.clear()
         if self.session.status != "killed":

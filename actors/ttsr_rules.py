@@ -1,53 +1,59 @@
-"""Time-traveling stream rules (TTSR): rule files, the reminder text, and stream matching.
+"""Time-traveling stream rules (TTSR): rule files, scopes, and the reminder text.
 
-Pure logic for the TTSR monitor actor: no NATS, no threads, no clock. The actor loads the
-rules once with :func:`load_rules`, feeds every streamed delta of a model reply to a
-:class:`StreamMatcher`, and on a match interrupts the session and retries with the text
-from :func:`render_reminder`.
-
-A rule file is Markdown with YAML front matter::
+Pure logic for the TTSR monitor: no NATS, no threads, no clock. A rule file is Markdown
+with YAML front matter::
 
     ---
-    name: no-print            # optional, defaults to the file stem
-    description: use logging  # optional
-    trigger: '\\bprint\\('    # required: a Python regular expression
-    scope: text               # optional: text (default), tool, or tool:NAME
+    name: no-print              # optional, defaults to the file stem
+    description: use logging    # optional
+    trigger: '\\bprint\\('      # required: a regular expression
+    scope: text                 # optional: text, thinking, tool, tool:NAME, tool:NAME(GLOB),
+                                #   or a list of them (default: [text, tool])
+    repeat_mode: once           # optional: once | after-gap (default from settings)
+    repeat_gap: 10              # optional: completed turns between injections (after-gap)
+    context_mode: discard       # optional: discard | keep the interrupted partial reply
+    interrupt: always           # optional: always | prose-only | tool-only | never
     ---
     Use the logging module instead of print().
 
-Scopes: ``text`` watches the reply's text, ``tool`` watches the streamed arguments of every
-tool call, ``tool:NAME`` those of the tool called NAME only.
+Scopes: ``text`` is the reply's prose, ``thinking`` the model's thinking, ``tool`` the
+streamed arguments of every tool call, ``tool:NAME`` those of tool NAME only (``*`` and
+``?`` allowed in NAME), and ``tool:NAME(GLOB)`` only calls whose ``path`` argument matches
+GLOB (``tool:write_file(*.py)``). ``interrupt`` says where a match aborts the stream:
+``prose-only`` in text or thinking, ``tool-only`` in tool arguments, ``never`` nowhere (the
+reminder is added after the turn instead); a match that does not abort is handled as
+``never``.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import html
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 import msgspec.yaml
 
 __all__ = [
-    "DEFAULT_WINDOW",
-    "Match",
+    "DEFAULT_SCOPES",
     "Rule",
     "RuleSet",
-    "StreamMatcher",
+    "Scope",
     "compile_trigger",
     "load_rules",
+    "parse_rule_file",
+    "parse_scope",
     "render_reminder",
-    "scope_fits",
 ]
 
-DEFAULT_WINDOW = 4096
-"""Default bound, in characters, on the length of a match the matcher is sure to find."""
+RepeatMode = Literal["once", "after-gap"]
+ContextMode = Literal["discard", "keep"]
+InterruptMode = Literal["always", "prose-only", "tool-only", "never"]
 
-_CONTEXT = 32
-"""Characters kept before each scan region so ``^``, ``\\b`` and short lookbehinds see the
-real preceding text instead of a cut-off string start."""
+DEFAULT_SCOPES = ("text", "tool")
+"""What a rule watches when its file names no scope: the reply's prose and tool calls."""
 
 _REMINDER_PREAMBLE = (
     "Your output was interrupted because it broke one of this project's rules.\n"
@@ -56,25 +62,90 @@ _REMINDER_PREAMBLE = (
     "Follow the instruction below from now on, then carry on with the task."
 )
 
+_SCOPE = re.compile(r"^(text|thinking|tool)(?::([^()\s]+))?(?:\(([^()]+)\))?$")
+
+
+class Scope(msgspec.Struct, frozen=True):
+    """One thing a rule watches: ``kind`` text, thinking or tool; for tools an optional
+    name pattern and an optional glob on the call's ``path`` argument."""
+
+    kind: Literal["text", "thinking", "tool"]
+    tool: str = ""
+    glob: str = ""
+
+    def fits(self, source: str) -> bool:
+        """Whether this scope watches ``source`` (``text``, ``thinking`` or
+        ``tool:<name>``), before any path glob is considered."""
+        if self.kind != "tool":
+            return source == self.kind
+        if not source.startswith("tool:"):
+            return False
+        return not self.tool or fnmatch.fnmatchcase(source[5:], self.tool)
+
+    def path_fits(self, path: str | None) -> bool | None:
+        """Whether a tool call's ``path`` satisfies the glob: True/False, or None while the
+        path is not known yet (it has not streamed in)."""
+        if not self.glob:
+            return True
+        if path is None:
+            return None
+        return fnmatch.fnmatch(path, self.glob)
+
+
+def parse_scope(text: str) -> Scope:
+    """Parse ``text``, ``thinking``, ``tool``, ``tool:NAME`` or ``tool:NAME(GLOB)``;
+    raise ValueError naming what is wrong."""
+    found = _SCOPE.match(text.strip())
+    if found is None:
+        raise ValueError(
+            f"bad scope {text!r} (expected text, thinking, tool, tool:NAME or tool:NAME(GLOB))"
+        )
+    kind, tool, glob = found.group(1), found.group(2) or "", found.group(3) or ""
+    if kind != "tool" and (tool or glob):
+        raise ValueError(f"bad scope {text!r}: only tool scopes take a name or a path glob")
+    return Scope(kind, tool, glob)  # type: ignore[arg-type]
+
 
 class Rule(msgspec.Struct, frozen=True, kw_only=True):
-    """One stream rule: when ``trigger`` (a regex) matches the watched stream, the reply
-    is interrupted and retried with ``body`` as the instruction.
-
-    ``scope`` is ``text``, ``tool`` or ``tool:NAME`` (see :func:`scope_fits`); ``path`` is
-    the rule file the rule came from. Compiled patterns live in :class:`StreamMatcher`.
-    """
+    """One stream rule: when ``trigger`` matches a watched stream, ``body`` is given to the
+    model as an instruction. Optional settings left as None take the defaults of the TTSR
+    settings. ``origin`` says which folder the rule came from (workspace, user...)."""
 
     name: str
-    description: str
+    description: str = ""
     trigger: str
     body: str
     path: str
-    scope: str = "text"
+    scopes: tuple[Scope, ...] = (Scope("text"), Scope("tool"))
+    repeat_mode: RepeatMode | None = None
+    repeat_gap: int | None = None
+    context_mode: ContextMode | None = None
+    interrupt: InterruptMode = "always"
+    origin: str = ""
 
-    def applies_to(self, source: str) -> bool:
-        """Whether this rule watches the stream ``source`` (``text`` or ``tool:<name>``)."""
-        return scope_fits(self.scope, source)
+    def watches(self, source: str) -> bool:
+        """Whether any of the rule's scopes watches ``source`` (paths aside)."""
+        return any(scope.fits(source) for scope in self.scopes)
+
+    def path_fits(self, source: str, path: str | None) -> bool | None:
+        """For a match in ``source``: True if a fitting scope accepts the tool call's
+        path, False if none can, None if that depends on a path not streamed yet."""
+        answers = [s.path_fits(path) for s in self.scopes if s.fits(source)]
+        if any(a is True for a in answers):
+            return True
+        if any(a is None for a in answers):
+            return None
+        return False
+
+    def aborts_on(self, source: str) -> bool:
+        """Whether a match in ``source`` interrupts the stream (else: remind after the turn)."""
+        if self.interrupt == "always":
+            return True
+        if self.interrupt == "prose-only":
+            return source in ("text", "thinking")
+        if self.interrupt == "tool-only":
+            return source.startswith("tool:")
+        return False
 
 
 class RuleSet(msgspec.Struct, kw_only=True):
@@ -87,42 +158,15 @@ class RuleSet(msgspec.Struct, kw_only=True):
     shadowed: list[str] = []
 
 
-class Match(msgspec.Struct, frozen=True, kw_only=True):
-    """A rule that newly matched: ``offset`` is where the match starts in the buffer of
-    ``source`` / ``block`` (counted from that buffer's first character), ``text`` is the
-    matched text."""
-
-    rule: Rule
-    source: str
-    block: int
-    offset: int
-    text: str
-
-
-class _FrontMatter(msgspec.Struct):
+class _FrontMatter(msgspec.Struct, forbid_unknown_fields=True):
     name: str | None = None
     description: str = ""
     trigger: str | None = None
-    scope: str = "text"
-
-
-# --- scopes and triggers ------------------------------------------------------------------
-
-
-def _valid_source(source: str) -> bool:
-    return source == "text" or (source.startswith("tool:") and len(source) > len("tool:"))
-
-
-def _valid_scope(scope: str) -> bool:
-    return scope == "tool" or _valid_source(scope)
-
-
-def scope_fits(scope: str, source: str) -> bool:
-    """Whether a rule of ``scope`` watches ``source``: ``text`` fits only ``text``,
-    ``tool`` fits every ``tool:<name>``, ``tool:NAME`` fits only ``tool:NAME``."""
-    if scope == "tool":
-        return source.startswith("tool:")
-    return scope == source
+    scope: str | list[str] | None = None
+    repeat_mode: RepeatMode | None = None
+    repeat_gap: int | None = None
+    context_mode: ContextMode | None = None
+    interrupt: InterruptMode = "always"
 
 
 def compile_trigger(trigger: str) -> re.Pattern[str]:
@@ -151,7 +195,7 @@ def _split_front_matter(text: str) -> tuple[str, str] | None:
     return None
 
 
-def _parse_rule_file(path: Path) -> Rule:
+def parse_rule_file(path: Path, origin: str = "") -> Rule:
     """Parse one rule file; raise ValueError with a reason if it is not a usable rule."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -172,8 +216,12 @@ def _parse_rule_file(path: Path) -> Rule:
     if not meta.trigger:
         raise ValueError("no trigger")
     compile_trigger(meta.trigger)
-    if not _valid_scope(meta.scope):
-        raise ValueError(f"bad scope {meta.scope!r} (expected text, tool or tool:NAME)")
+    if meta.repeat_gap is not None and meta.repeat_gap < 1:
+        raise ValueError(f"repeat_gap must be at least 1, got {meta.repeat_gap}")
+    raw_scopes = [meta.scope] if isinstance(meta.scope, str) else meta.scope
+    scopes = tuple(parse_scope(s) for s in raw_scopes) if raw_scopes else tuple(
+        parse_scope(s) for s in DEFAULT_SCOPES
+    )
     name = (meta.name or "").strip() or path.stem
     return Rule(
         name=name,
@@ -181,22 +229,33 @@ def _parse_rule_file(path: Path) -> Rule:
         trigger=meta.trigger,
         body=body.strip(),
         path=str(path),
-        scope=meta.scope,
+        scopes=scopes,
+        repeat_mode=meta.repeat_mode,
+        repeat_gap=meta.repeat_gap,
+        context_mode=meta.context_mode,
+        interrupt=meta.interrupt,
+        origin=origin,
     )
 
 
-def load_rules(folders: list[str]) -> RuleSet:
+def load_rules(folders: list[str] | list[tuple[str, str]]) -> RuleSet:
     """Load every ``*.md`` rule file of ``folders`` (not recursive, files in name order).
 
-    Earlier folders win: a rule whose name was already loaded is shadowed (noted in
-    ``shadowed``). A missing folder gives no rules. A file with unreadable text, no or bad
-    front matter, no trigger, a trigger that does not compile (or matches the empty
-    string) or a bad scope is skipped with a warning naming the file and the reason.
-    Never raises for a bad rule file.
+    ``folders`` are paths, or (origin, path) pairs such as ("workspace", ...). Earlier
+    folders win: a rule whose name was already loaded is shadowed (noted in ``shadowed``).
+    A missing folder gives no rules. A file with unreadable text, no or bad front matter,
+    no trigger, a trigger that does not compile (or matches the empty string), a bad scope
+    or a bad setting is skipped with a warning naming the file and the reason. Never raises
+    for a bad rule file.
     """
     result = RuleSet()
     by_name: dict[str, Rule] = {}
-    for folder in folders:
+    seen_folders: set[str] = set()
+    for entry in folders:
+        origin, folder = entry if isinstance(entry, tuple) else ("", entry)
+        if not folder or folder in seen_folders:
+            continue
+        seen_folders.add(folder)
         directory = Path(folder)
         if not directory.is_dir():
             continue
@@ -207,7 +266,7 @@ def load_rules(folders: list[str]) -> RuleSet:
             continue
         for path in files:
             try:
-                rule = _parse_rule_file(path)
+                rule = parse_rule_file(path, origin)
             except ValueError as exc:
                 result.warnings.append(f"{path}: skipped: {exc}")
                 continue
@@ -241,123 +300,3 @@ def render_reminder(rules: list[Rule]) -> str:
             "</system-interrupt>"
         )
     return "\n\n".join(blocks)
-
-
-# --- stream matching ----------------------------------------------------------------------
-
-
-@dataclass
-class _Buffer:
-    """The retained end of one stream buffer: ``tail`` holds the characters from absolute
-    offset ``base`` to ``length`` (at most ``window + _CONTEXT`` of them)."""
-
-    tail: str = ""
-    base: int = 0
-    length: int = 0
-
-
-class StreamMatcher:
-    """Incremental rule matching over one streamed model reply, one buffer per stream.
-
-    A buffer is keyed by ``(source, block)``: ``source`` is ``text`` or ``tool:<name>``
-    (a tool call's streamed JSON arguments), ``block`` the content block index, so each
-    tool call (and each text block) is matched on its own. :meth:`feed` returns the rules
-    that newly match; a rule is reported at most once, after which it counts as fired
-    (across buffers and turns) for the life of the matcher. :meth:`mark_fired` restores
-    rules already injected (for example from recorded injection events).
-
-    Work per delta is bounded: each eligible rule searches only the last ``window``
-    characters before the delta plus the delta itself, and a buffer retains only about
-    ``window`` characters. A match of up to ``window`` characters is always found, even
-    when it spans many deltas; a match longer than ``window`` characters is not
-    guaranteed to be found. Matching is against the text received so far, so ``$``,
-    ``\\b`` and lookaheads at the end of the buffer see the end of what has arrived, not
-    of the whole reply.
-    """
-
-    def __init__(self, rules: list[Rule], window: int = DEFAULT_WINDOW) -> None:
-        """Compile the rules' triggers; raise ValueError for a window below 1, a trigger
-        that does not compile (or matches the empty string), a bad scope, or two rules
-        with the same name."""
-        if window < 1:
-            raise ValueError(f"window must be at least 1, got {window}")
-        self.rules: list[Rule] = list(rules)
-        self.window: int = window
-        self.scanned_chars: int = 0
-        """Characters searched so far, summed over every (rule, feed) search: the measure
-        of the matcher's work, linear in the reply length for a fixed window."""
-        self._compiled: list[tuple[Rule, re.Pattern[str]]] = []
-        self._buffers: dict[tuple[str, int], _Buffer] = {}
-        self._fired: set[str] = set()
-        seen: set[str] = set()
-        for rule in self.rules:
-            if rule.name in seen:
-                raise ValueError(f"duplicate rule name {rule.name!r}")
-            seen.add(rule.name)
-            if not _valid_scope(rule.scope):
-                raise ValueError(f"rule {rule.name!r}: bad scope {rule.scope!r}")
-            try:
-                pattern = compile_trigger(rule.trigger)
-            except ValueError as exc:
-                raise ValueError(f"rule {rule.name!r}: {exc}") from exc
-            self._compiled.append((rule, pattern))
-
-    @property
-    def fired(self) -> frozenset[str]:
-        """Names of the rules that have fired (or were marked fired) so far."""
-        return frozenset(self._fired)
-
-    def mark_fired(self, names: Iterable[str]) -> None:
-        """Treat the named rules as already fired: :meth:`feed` will not report them."""
-        self._fired.update(names)
-
-    def reset(self) -> None:
-        """Start of a model turn: forget every buffer (fired rules stay fired)."""
-        self._buffers.clear()
-
-    def feed(self, source: str, text: str, block: int = 0) -> list[Match]:
-        """Append ``text`` to the buffer of ``(source, block)`` and return the rules that
-        newly match it, in rule order, all together; each returned rule becomes fired.
-
-        Only rules whose scope fits ``source`` and that have not fired are searched.
-        ``source`` must be ``text`` or ``tool:<name>``, else ValueError.
-        """
-        if not _valid_source(source):
-            raise ValueError(f"bad source {source!r} (expected text or tool:<name>)")
-        if not text:
-            return []
-        buf = self._buffers.setdefault((source, block), _Buffer())
-        origin = buf.base  # absolute offset of combined[0]
-        combined = buf.tail + text
-        scan_from = max(0, buf.length - self.window) - origin
-        buf.length += len(text)
-        keep = self.window + _CONTEXT
-        if len(combined) > keep:
-            buf.tail = combined[-keep:]
-            buf.base = buf.length - keep
-        else:
-            buf.tail = combined
-        region = len(combined) - scan_from
-        matches: list[Match] = []
-        for rule, pattern in self._compiled:
-            if rule.name in self._fired or not rule.applies_to(source):
-                continue
-            self.scanned_chars += region
-            found = _first_non_empty(pattern, combined, scan_from)
-            if found is not None:
-                start, matched = found
-                matches.append(
-                    Match(
-                        rule=rule, source=source, block=block, offset=origin + start, text=matched
-                    )
-                )
-        self._fired.update(m.rule.name for m in matches)
-        return matches
-
-
-def _first_non_empty(pattern: re.Pattern[str], text: str, pos: int) -> tuple[int, str] | None:
-    """The first non-empty match of ``pattern`` in ``text`` starting at or after ``pos``."""
-    for found in pattern.finditer(text, pos):
-        if found.end() > found.start():
-            return found.start(), found.group()
-    return None

@@ -29,6 +29,7 @@ from actors.ports import (
     ModelRequest,
     ProviderError,
     TextDelta,
+    ThinkingDelta,
     ToolInputDelta,
     ToolUseStart,
 )
@@ -156,13 +157,17 @@ class AnthropicProvider:
                             if block.text:
                                 blocks[event.index].parts.append(block.text)
                                 yield TextDelta(index=event.index, text=block.text)
-                        # other block kinds (thinking, server tools) are not forwarded
+                        elif block.type == "thinking" and block.thinking:
+                            yield ThinkingDelta(index=event.index, text=block.thinking)
+                        # other block kinds (server tools...) are not forwarded
                     elif kind == "content_block_delta":
                         delta = event.delta
                         target = blocks.get(event.index)
                         if delta.type == "text_delta" and target is not None:
                             target.parts.append(delta.text)
                             yield TextDelta(index=event.index, text=delta.text)
+                        elif delta.type == "thinking_delta":
+                            yield ThinkingDelta(index=event.index, text=delta.thinking)
                         elif delta.type == "input_json_delta" and target is not None:
                             target.parts.append(delta.partial_json)
                             yield ToolInputDelta(index=event.index, partial_json=delta.partial_json)
@@ -200,7 +205,9 @@ class AnthropicProvider:
         for index in sorted(blocks):
             block_state = blocks[index]
             if block_state.kind == "text":
-                content.append(TextBlock(text="".join(block_state.parts)))
+                text = "".join(block_state.parts)
+                if text.strip():  # the API refuses empty text blocks in a later request
+                    content.append(TextBlock(text=text))
                 continue
             raw = "".join(block_state.parts)
             try:

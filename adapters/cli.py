@@ -353,16 +353,16 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
-    except EXPECTED_ERRORS as exc:
-        # Failures a user can act on (unreachable server, unknown session, timeout): one
-        # line, no traceback. Run with -v for the details in the log.
-        print(f"tether: {_describe(exc)}", file=sys.stderr)
-        return 1
     except BrokenPipeError:
         # The reader went away (`tether events X | head`): not an error of ours. Point
         # stdout at /dev/null so the interpreter's final flush does not complain either.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except EXPECTED_ERRORS as exc:
+        # Failures a user can act on (unreachable server, unknown session, timeout): one
+        # line, no traceback. Run with -v for the details in the log.
+        print(f"tether: {_describe(exc)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

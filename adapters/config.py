@@ -34,6 +34,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import msgspec
 
+from actors.ttsr_policy import TtsrSettings
+
 __all__ = [
     "ENV_VARS",
     "ConfigError",
@@ -102,6 +104,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     deny_commands: list[str] | None = None
     shell_timeout: PositiveFloat = 30.0
     nats_server: str = ""
+    ttsr: TtsrSettings = msgspec.field(default_factory=TtsrSettings)
+    """The ``[ttsr]`` table: enabled, context_mode, repeat_mode, repeat_gap, window."""
 
 
 #: Environment variable -> setting it overrides. Lists (``TETHER_DENY_TOOLS``) are
@@ -120,6 +124,7 @@ ENV_VARS: Final[dict[str, str]] = {
     "TETHER_SHELL_TIMEOUT": "shell_timeout",
     "TETHER_DENY_TOOLS": "deny_tools",
     "TETHER_NATS_SERVER": "nats_server",
+    "TETHER_TTSR_ENABLED": "ttsr.enabled",
     "ANTHROPIC_API_KEY": "anthropic_api_key",
     "ANTHROPIC_BASE_URL": "anthropic_base_url",
 }
@@ -190,6 +195,10 @@ def load_settings_with_sources(
         raw = environ.get(var)
         if not raw:
             continue
+        if key.startswith("ttsr."):
+            values["ttsr"] = _override_ttsr(values.get("ttsr"), key[5:], raw, var)
+            sources["ttsr"] = f"env {var}"
+            continue
         value_in: Any = raw
         if key == "deny_tools":
             value_in = [part.strip() for part in raw.split(",") if part.strip()]
@@ -259,6 +268,16 @@ def _convert(key: str, value: Any, where: str, *, strict: bool) -> Any:
         if key not in _SECRET_FIELDS and isinstance(value, str | int | float | bool):
             message = re.sub(r", got \w+$", "", message) + f", got {value!r}"
         raise ConfigError(f"{where}: {message}") from None
+
+
+def _override_ttsr(current: TtsrSettings | None, field_name: str, raw: str, var: str) -> Any:
+    """The TTSR settings with one field taken from environment variable ``var``."""
+    base = msgspec.to_builtins(current or TtsrSettings())
+    base[field_name] = raw
+    try:
+        return msgspec.convert(base, type=TtsrSettings, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{var}: {str(exc).replace('`', '')}, got {raw!r}") from None
 
 
 def _absolute(key: str, value: Any, base_dir: str) -> Any:
@@ -405,6 +424,8 @@ def _display(key: str, value: Any) -> str:
         return "(gatekeeper defaults)"
     if isinstance(value, list):
         return ", ".join(str(item) for item in value) if value else "(none)"
+    if isinstance(value, msgspec.Struct):
+        return ", ".join(f"{k}={v}" for k, v in msgspec.structs.asdict(value).items())
     return str(value)
 
 

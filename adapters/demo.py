@@ -73,7 +73,8 @@ def run_demo(settings: Settings, out: TextIO | None = None) -> int:
             say(f"  NATS {host.nats_url}  namespace {host.subjects.namespace}")
             say(f"  store {settings.database_url or os.path.join(settings.state_dir, 'events.db')}")
             say(f"  workspace {settings.workspace}")
-            say(f"  TTSR rules: {', '.join(r.name for r in host.rules) or 'none'}")
+            rules = host.rules_for(settings.workspace)
+            say(f"  TTSR rules: {', '.join(r.name for r in rules) or 'none'}")
             say(f"  model: the local fake model server at {llm.base_url}")
             terminal = TerminalConnector(host.bus, host.subjects, channel="demo", out=out)
             failed = False

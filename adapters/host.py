@@ -24,7 +24,7 @@ from actors.redact import Redactor
 from actors.router import NotificationRouterActor
 from actors.runtime import ActorHandle, ActorSystem, Binding
 from actors.session import NewSession, SessionActor, SessionConfig
-from actors.ttsr import TtsrMonitorActor
+from actors.ttsr import TtsrMonitorActor, rule_folders
 from actors.ttsr_rules import Rule, load_rules
 from adapters.config import Settings
 from adapters.nats_bus import NatsBus
@@ -102,7 +102,6 @@ class Host:
         self.app: TetherApplication
         self.view: SessionView
         self.system: ActorSystem
-        self.rules: list[Rule] = []
         self.redactor = Redactor(known_secrets(settings))
         self._stack: list[Any] = []
 
@@ -155,10 +154,6 @@ class Host:
 
     def _start_actors(self) -> None:
         settings, subjects, system = self.settings, self.subjects, self.system
-        rule_set = load_rules([settings.rules_dir, user_rules_dir()])
-        for warning in rule_set.warnings:
-            log.warning("TTSR: %s", warning)
-        self.rules = rule_set.rules
         policy_settings: dict[str, Any] = {"deny_tools": settings.deny_tools}
         if settings.deny_commands is not None:
             policy_settings["deny_commands"] = settings.deny_commands
@@ -200,6 +195,11 @@ class Host:
     def spawn_session(self, session_id: str, new: NewSession | None) -> list[ActorHandle]:
         """Start a session's TTSR monitor, then the session itself (recovered if stored)."""
         system, subjects = self.system, self.subjects
+        if new is not None:
+            workspace = new.workspace
+        else:
+            stored = self.app.session(session_id)
+            workspace = stored.workspace if stored is not None else self.settings.workspace
         monitor = system.start(
             TtsrMonitorActor,
             [
@@ -208,7 +208,8 @@ class Host:
             ],
             session_id=session_id,
             app=self.app,
-            rules=self.rules,
+            folders=self.rule_folders(workspace),
+            settings=self.settings.ttsr,
         )
         session = system.start(
             SessionActor,
@@ -222,6 +223,14 @@ class Host:
             redactor=self.redactor,
         )
         return [monitor, session]
+
+    def rule_folders(self, workspace: str) -> list[tuple[str, str]]:
+        """Where the TTSR rules of a session in ``workspace`` come from, first wins."""
+        return rule_folders(workspace, self.settings.rules_dir, user_rules_dir())
+
+    def rules_for(self, workspace: str) -> list[Rule]:
+        """The TTSR rules a session in ``workspace`` runs with."""
+        return load_rules(self.rule_folders(workspace)).rules
 
     def list_sessions(self) -> list[Any]:
         """The session view, caught up with the log first."""

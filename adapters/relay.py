@@ -31,10 +31,10 @@ log = logging.getLogger(__name__)
 NOTIFICATION_HEADER = "Tether-Notification-Id"
 DUPLICATE_WINDOW = 120.0
 SCAN_BACK = 1000
+"""How many foreign messages at the end of the stream the relay walks past on start."""
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
 PAYLOAD_HEADROOM = 4096
 """Bytes kept free under the server's max_payload for headers and protocol framing."""
-"""How many foreign messages at the end of the stream the relay walks past on start."""
 
 
 class EventRelay:
@@ -167,7 +167,9 @@ class EventRelay:
         return int(value) if value else DEFAULT_MAX_PAYLOAD
 
     def _short_id(self, aggregate: str, originator: uuid.UUID, domain_event: Any) -> str:
-        if aggregate != "session":
+        # A session's events, and its rule log's, go out under the short session id so
+        # a watcher can subscribe to <ns>.evt.*.<session id>.>.
+        if aggregate not in ("session", "rulelog"):
             return str(originator)
         short = self._short_ids.get(originator) or getattr(domain_event, "session_id", None)
         if short is None:

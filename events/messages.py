@@ -160,13 +160,25 @@ class Killed(Message):
 
 
 class Interrupt(Message):
-    """Sent by the TTSR monitor on ``<ns>.session.<id>``: abort the current generation."""
+    """Sent by the TTSR monitor on ``<ns>.session.<id>``: abort the current generation,
+    then retry with ``reminder``; ``context_mode`` says whether the partial reply stays."""
 
     session_id: Token
     generation: int
     rules: list[str]
     reminder: str
     source: str = "text"
+    context_mode: Literal["discard", "keep"] = "discard"
+
+
+class Remind(Message):
+    """Sent by the TTSR monitor for rules that do not abort (``interrupt: never``, or a
+    match outside the rule's interrupt scope): add ``reminder`` after the turn."""
+
+    session_id: Token
+    generation: int
+    rules: list[str]
+    reminder: str
 
 
 class StreamDelta(Message):
@@ -175,16 +187,18 @@ class StreamDelta(Message):
     ``kind`` is ``turn_start`` when a new model call begins (buffers reset), ``text`` or
     ``tool_input`` for content, ``tool_start`` when a tool_use block opens (``text`` holds
     the tool name) and ``end`` when the model's message is complete. ``turn_start`` carries
-    the ``channel`` the reply should go to.
+    the ``channel`` the reply should go to and ``turn``, the number of turns the session
+    completed before this one (TTSR repeat gaps count them).
     """
 
     session_id: Token
     generation: int
     seq: int
-    kind: Literal["turn_start", "text", "tool_start", "tool_input", "end"]
+    kind: Literal["turn_start", "text", "thinking", "tool_start", "tool_input", "end"]
     text: str = ""
     block: int = 0
     channel: OptionalToken = ""
+    turn: int = 0
 
 
 # --- TTSR monitor -----------------------------------------------------------------------
@@ -200,12 +214,15 @@ class BarrierCheck(Message):
 
 
 class BarrierResult(Message):
-    """Monitor -> session answer to BarrierCheck."""
+    """Monitor -> session answer to BarrierCheck. ``unchecked``: the monitor missed part of
+    the stream (it restarted, or a delta was lost) and cannot vouch for it."""
 
     generation: int
     clear: bool
     rules: list[str] = []
     reminder: str = ""
+    unchecked: bool = False
+    context_mode: Literal["discard", "keep"] = "discard"
 
 
 # --- gatekeeper -------------------------------------------------------------------------
@@ -264,6 +281,6 @@ class RelayedEvent(msgspec.Struct, kw_only=True):
 
 InboxMessage = UserMessage
 ManagerMessage = ListSessions | KillSession | UserMessage
-SessionMessage = UserMessage | Interrupt | KillSession
+SessionMessage = UserMessage | Interrupt | Remind | KillSession
 MonitorMessage = BarrierCheck
 GatekeeperMessage = ToolProposal

@@ -57,6 +57,7 @@ class Session(Aggregate):
         self.fired_rules: list[str] = []
         self.failures = 0
         self.queued: list[QueuedMessage] = []
+        self.completed_turns = 0
 
     @event("UserMessageQueued")
     def queue_user_message(self, text: str, channel: str, user: str) -> None:
@@ -107,10 +108,28 @@ class Session(Aggregate):
 
     @event("TtsrInterrupted")
     def record_ttsr_interruption(
-        self, rules: list[str], reminder: str, generation: int, partial_text: str, source: str
+        self,
+        rules: list[str],
+        reminder: str,
+        generation: int,
+        partial_text: str,
+        source: str,
+        context_mode: str,
     ) -> None:
-        # context_mode "discard": the partial reply never enters the history.
+        # "discard": the partial reply never enters the history; "keep": it stays, as an
+        # assistant message, before the reminder.
+        if context_mode == "keep" and partial_text.strip():
+            self.history.append(Turn("assistant", [TextBlock(partial_text)]))
         self.history.append(Turn("user", [TextBlock(reminder)]))
+        self._note_fired(rules)
+
+    @event("TtsrReminderAdded")
+    def add_ttsr_reminder(self, rules: list[str], reminder: str) -> None:
+        """A reminder for rules that did not abort the stream, added after the turn."""
+        self.history.append(Turn("user", [TextBlock(reminder)]))
+        self._note_fired(rules)
+
+    def _note_fired(self, rules: list[str]) -> None:
         for name in rules:
             if name not in self.fired_rules:
                 self.fired_rules.append(name)
@@ -124,6 +143,7 @@ class Session(Aggregate):
     @event("TurnCompleted")
     def complete_turn(self, rounds: int, usage: Usage, cost_usd: float, stop: str) -> None:
         self.turns += 1
+        self.completed_turns += 1
         self.cost_usd += cost_usd
 
     @event("TurnFailed")

@@ -1,7 +1,8 @@
 """The RuleLog aggregate: a session's TTSR monitor's record of rules that fired.
 
-The monitor rebuilds its "already fired" set from this log after a restart, so a rule
-limited to once per session stays limited across restarts.
+The monitor rebuilds its injection history (each rule with the turn it fired in) from
+this log after a restart, a resume or a fork, so ``once`` and ``after-gap`` hold across
+them. One log per session: records never leak between sessions.
 """
 
 from __future__ import annotations
@@ -30,9 +31,21 @@ class RuleLog(Aggregate):
     def __init__(self, session_id: str):
         self.session_id = session_id
         self.fired: list[str] = []
+        self.injections: list[tuple[str, int]] = []
 
     @event("TtsrTriggered")
-    def trigger(self, rules: list[str], source: str, offset: int, generation: int) -> None:
+    def trigger(
+        self,
+        rules: list[str],
+        source: str,
+        offset: int,
+        generation: int,
+        turn: int,
+        deferred: bool,
+    ) -> None:
+        """``rules`` matched in ``source`` (ending at ``offset``) during ``turn``
+        (completed turns before it); ``deferred``: reminded after the turn, no abort."""
         for name in rules:
             if name not in self.fired:
                 self.fired.append(name)
+            self.injections.append((name, turn))

@@ -20,7 +20,7 @@ def _session_with_tool_round() -> Session:
     s.record_tool_result(call_id="tu_1", tool="shell", output="a.py", is_error=False)
     s.refuse_tool_call(call_id="tu_2", reason="outside workspace")
     s.record_ttsr_interruption(rules=["r"], reminder="Remember the rule.", generation=2,
-                               partial_text="", source="text")
+                               partial_text="", source="text", context_mode="discard")
     return s
 
 

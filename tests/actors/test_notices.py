@@ -102,7 +102,7 @@ def test_refused_tool_is_silent(session: Session) -> None:
 
 def test_ttsr_interruption_names_the_rules(session: Session) -> None:
     session.record_ttsr_interruption(rules=["no-rm", "no-sudo"], reminder="r", generation=1,
-                                     partial_text="p", source="text")
+                                     partial_text="p", source="text", context_mode="discard")
     assert notice_for(*one(session)) == (
         "interrupted", "rule no-rm, no-sudo interrupted the reply; retrying"
     )

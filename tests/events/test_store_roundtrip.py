@@ -54,12 +54,13 @@ def full_session(sid: str = "abc123") -> Session:
     s.decide_tool_call(call_id="tu_2", decision="deny", reason="destructive", tier="policy")
     s.refuse_tool_call(call_id="tu_2", reason="destructive")
     s.record_ttsr_interruption(rules=["no-rm"], reminder="Never delete the root.", generation=2,
-                               partial_text="I will now", source="text")
+                               partial_text="I will now", source="text", context_mode="discard")
     s.append_assistant_message(content=[TextBlock("Fixed.")], stop_reason="end_turn",
                                usage=Usage(input_tokens=200, output_tokens=15), generation=3)
     s.complete_turn(rounds=2, usage=Usage(input_tokens=320, output_tokens=45), cost_usd=0.0123,
                     stop="end_turn")
     s.queue_user_message(text="and the logout", channel="web", user="ana")
+    s.add_ttsr_reminder(rules=["no-rm"], reminder="Remember: never delete the root.")
     s.fail_turn(error="provider timed out")
     s.record_actor_failure(error="boom")
     s.change_status(status="completed", reason="done")
@@ -70,6 +71,7 @@ SESSION_EVENT_NAMES = {
     "Created", "UserMessageReceived", "AssistantMessageAppended", "ToolCallProposed",
     "ToolCallDecided", "ToolCallExecuted", "ToolCallRefused", "TtsrInterrupted",
     "StatusChanged", "TurnCompleted", "TurnFailed", "ActorFailed", "UserMessageQueued",
+    "TtsrReminderAdded",
 }
 
 
@@ -92,7 +94,7 @@ def test_session_reloaded_from_store_equals_original(app: TetherApplication) -> 
 
     assert loaded is not None
     assert loaded == original
-    assert loaded.version == 17
+    assert loaded.version == 18
     assert loaded.status == "completed"
     assert (loaded.turns, loaded.input_tokens, loaded.output_tokens) == (2, 320, 45)
     assert loaded.cost_usd == pytest.approx(0.0123)
@@ -113,6 +115,7 @@ def test_session_reloaded_from_store_equals_original(app: TetherApplication) -> 
         ]),
         Turn("user", [TextBlock("Never delete the root.")]),
         Turn("assistant", [TextBlock("Fixed.")]),
+        Turn("user", [TextBlock("Remember: never delete the root.")]),
     ]
     assert loaded.pending_tool_calls() == []
 
@@ -122,7 +125,7 @@ def test_events_come_back_typed(app: TetherApplication) -> None:
 
     events = app.session_events("abc123")
 
-    assert [e.originator_version for e in events] == list(range(1, 18))
+    assert [e.originator_version for e in events] == list(range(1, 19))
     for e in events:
         assert isinstance(e.originator_id, uuid.UUID)
         assert e.originator_id == session_uuid("abc123")
@@ -141,7 +144,7 @@ def test_stored_state_is_json(app: TetherApplication) -> None:
 
     stored = app.recorder.select_events(session_uuid("abc123"))
 
-    assert len(stored) == 17
+    assert len(stored) == 18
     states = [(s.topic.rsplit(".", 1)[-1], json.loads(s.state)) for s in stored]
     by_topic: dict[str, Any] = {}
     for name, state in states:
@@ -265,6 +268,6 @@ def test_state_round_trip_through_msgspec_is_stable(app: TetherApplication) -> N
 
     again = app.session("s2")
     assert again is not None
-    assert again.version == 18
+    assert again.version == 19
     assert again.history[-1] == Turn("user", [TextBlock("again")])
     assert msgspec.json.encode(again.history) == msgspec.json.encode(loaded.history)

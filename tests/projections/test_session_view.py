@@ -161,7 +161,7 @@ def test_other_aggregates_advance_position_without_rows(
                             tool_input={"cmd": "ls"}, action_hash="h", decision="allow",
                             reason="ok", tier="policy")
     log = RuleLog(session_id="s1")
-    log.trigger(rules=["no-rm"], source="text", offset=3, generation=1)
+    log.trigger(rules=["no-rm"], source="text", offset=3, generation=1, turn=0, deferred=False)
     app.save(decision, log)
 
     handled = follow(app, view)
