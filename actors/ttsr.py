@@ -112,6 +112,8 @@ class TtsrMonitorActor(TetherActor):
         self.next_seq = 0
         self.complete = False
         self.unchecked = False
+        self.watching = False
+        """Whether this call's deltas are matched (rules loaded, TTSR on, no violation)."""
         self.violation: BarrierResult | None = None
         self.tools: dict[int, _ToolCall] = {}
         self.parked: list[tuple[Envelope, BarrierCheck]] = []
@@ -154,32 +156,34 @@ class TtsrMonitorActor(TetherActor):
             self._on_delta(message)
         elif isinstance(message, BarrierCheck) and envelope is not None:
             self.parked.append((envelope, message))
-        self._answer_barriers()
+        if self.parked:
+            self._answer_barriers()
 
     def _on_delta(self, delta: StreamDelta) -> None:
         if delta.kind == "turn_start":
             self._start(delta)
             return
-        if delta.generation < self.generation:
-            return  # a late delta of an aborted call
-        if delta.generation > self.generation:
+        if delta.generation != self.generation:
+            if delta.generation < self.generation:
+                return  # a late delta of an aborted call
             # We never saw this call's start (this actor restarted mid-stream).
             self._start(delta)
             self.unchecked = True
         if delta.seq != self.next_seq:
             self.unchecked = True  # a delta went missing: this call cannot be vouched for
         self.next_seq = delta.seq + 1
-        if delta.kind == "end":
+        kind = delta.kind
+        if kind == "end":
             self._end()
             return
-        if self.violation is not None or not self.settings.enabled or not self.rules:
+        if not self.watching:
             return
         matches: list[Match] = []
-        if delta.kind in ("text", "thinking"):
-            matches = self.matcher.feed(delta.kind, delta.block, delta.text)
-        elif delta.kind == "tool_start":
+        if kind == "text" or kind == "thinking":
+            matches = self.matcher.feed(kind, delta.block, delta.text)
+        elif kind == "tool_start":
             self.tools[delta.block] = _ToolCall(delta.text)
-        elif delta.kind == "tool_input":
+        elif kind == "tool_input":
             call = self.tools.setdefault(delta.block, _ToolCall("unknown"))
             call.add(delta.text)
             matches = self.matcher.feed(f"tool:{call.name}", delta.block, delta.text)
@@ -198,6 +202,7 @@ class TtsrMonitorActor(TetherActor):
         self.unchecked = False
         self.violation = None
         self.tools.clear()
+        self.watching = self.settings.enabled and bool(self.rules)
 
     def _with_paths(self, call: _ToolCall, matches: list[Match]) -> list[Match]:
         """Matches whose rule's path glob accepts the call; others wait for the path."""
@@ -270,6 +275,7 @@ class TtsrMonitorActor(TetherActor):
                 generation=self.generation, clear=False, rules=names, reminder=reminder,
                 context_mode=mode,
             )
+            self.watching = False  # the call is being aborted: the rest is moot
             log.info("session %s: rule(s) %s matched; interrupting", self.session_id, names)
             self.send(session_subject, Interrupt(
                 session_id=self.session_id, generation=self.generation, rules=names,

@@ -1,4 +1,4 @@
-"""Incremental matching of TTSR rules over a streamed model reply.
+r"""Incremental matching of TTSR rules over a streamed model reply.
 
 One buffer per stream source and content block (the reply's text, its thinking, each
 tool call's arguments). Two engines serve the rules:
@@ -12,6 +12,11 @@ tool call's arguments). Two engines serve the rules:
   or lookbehinds): each rule searches the last ``window`` characters before the delta
   plus the delta, so the work per delta is bounded. A match longer than ``window``
   characters is not guaranteed to be found, and ``$`` means the end of what has arrived.
+
+Triggers use Python's syntax. One difference remains between the engines: on hyperscan
+``\w``, ``\b``, ``\d`` and ``\s`` are ASCII classes (its streaming mode has no Unicode word
+boundary), while the ``re`` engine reads them as Python does, Unicode-aware. Literal
+non-ASCII text, caseless or not, matches the same in both.
 
 A match reports its rule, the source, the block and ``offset``: where the match ends, in
 characters from the start of that block. Each rule is reported at most once per buffer.
@@ -28,11 +33,18 @@ import msgspec
 
 from actors.ttsr_rules import Rule, compile_trigger
 
-DEFAULT_WINDOW = 4096
+DEFAULT_WINDOW = 256
 """Characters the ``re`` engine looks back, and so the longest match it is sure to find."""
 
+_LAST_BYTES = 16
+"""Bytes kept of each hyperscan buffer's end, to place end-of-block matches exactly."""
+
+_UNLIKE_PYTHON = re.compile(r"\\Z|\{,")
+r"""Syntax hyperscan reads differently from Python (``\Z``, ``x{,n}``): such triggers go
+to the ``re`` engine so both engines mean the same thing."""
+
 _CONTEXT = 32
-"""Characters kept before each ``re`` scan region so ``^``, ``\\b`` and short lookbehinds
+r"""Characters kept before each ``re`` scan region so ``^``, ``\b`` and short lookbehinds
 see the real preceding text instead of a cut-off string start."""
 
 
@@ -62,6 +74,7 @@ class _Buffer:
     raw_bytes: int = 0
     stream: Any = None
     scan: Any = None
+    last_bytes: bytes = b""
     on_match: Any = None
     tail: str = ""
     tail_base: int = 0
@@ -105,6 +118,8 @@ class StreamMatcher:
         flags = hs.HS_FLAG_UTF8 | hs.HS_FLAG_SINGLEMATCH
         usable: list[int] = []
         for index, pattern in enumerate(self._patterns):
+            if _UNLIKE_PYTHON.search(pattern.pattern):
+                continue
             try:  # one by one first, so one unsupported trigger only costs its own rule
                 probe = hs.Database(mode=hs.HS_MODE_STREAM)
                 probe.compile(
@@ -141,6 +156,7 @@ class StreamMatcher:
             if buf.stream is not None:
                 buf.stream.close()
         self._buffers.clear()
+        self._found.clear()  # end-of-block matches reported by closing: not wanted now
 
     # --- matching -----------------------------------------------------------------------
 
@@ -163,6 +179,7 @@ class StreamMatcher:
                     self._report(buf, index, offset, found)
                 self._found.clear()
             buf.raw_bytes += len(data)
+            buf.last_bytes = (buf.last_bytes + data)[-_LAST_BYTES:]
         if self._re_rules:
             self._scan_re(buf, text, found)
         buf.chars += len(text)
@@ -177,8 +194,11 @@ class StreamMatcher:
         buf.stream.close()
         buf.stream = buf.scan = None
         found: list[Match] = []
-        for _, index, _ in self._found:
-            self._report(buf, index, buf.chars, found)
+        for _, index, end_byte in self._found:
+            # ``$`` may end a match just before a final newline: count back from the end.
+            after = buf.last_bytes[len(buf.last_bytes) - (buf.raw_bytes - end_byte):]
+            offset = buf.chars - len(after.decode("utf-8", "ignore"))
+            self._report(buf, index, offset, found)
         self._found.clear()
         return found
 

@@ -23,7 +23,7 @@ class TtsrSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     context_mode: Literal["discard", "keep"] = "discard"
     repeat_mode: Literal["once", "after-gap"] = "once"
     repeat_gap: Annotated[int, msgspec.Meta(ge=1)] = 10
-    window: Annotated[int, msgspec.Meta(ge=1)] = 4096
+    window: Annotated[int, msgspec.Meta(ge=1)] = 256
     """How far back the fallback (``re``) engine looks, in characters."""
 
 

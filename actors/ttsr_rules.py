@@ -174,7 +174,7 @@ def compile_trigger(trigger: str) -> re.Pattern[str]:
     if it matches the empty string (such a rule would fire on every reply)."""
     try:
         pattern = re.compile(trigger)
-    except re.error as exc:
+    except (re.error, OverflowError, RecursionError, ValueError) as exc:
         raise ValueError(f"trigger does not compile: {exc}") from exc
     if pattern.search("") is not None:
         raise ValueError("trigger matches the empty string")

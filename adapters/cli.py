@@ -196,7 +196,7 @@ def _view(settings: Settings, app: Any) -> list[Any]:
     view = SessionView(app, {**store_env(settings, "views"), "CREATE_TABLE": "true"})
     try:
         Follower(app, name="cli", position=view.position, consume=view.consume).catch_up()
-        return view.rows()
+        return view.summaries()
     finally:
         view.close()
 
@@ -253,6 +253,120 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rule_line(rule: Any, engine: str, defaults: Any) -> str:
+    scopes = ", ".join(
+        s.kind + (f":{s.tool}" if s.tool else "") + (f"({s.glob})" if s.glob else "")
+        for s in rule.scopes
+    )
+    repeat = rule.repeat_mode or defaults.repeat_mode
+    if repeat == "after-gap":
+        repeat += f" {rule.repeat_gap or defaults.repeat_gap}"
+    context = rule.context_mode or defaults.context_mode
+    return (
+        f"{rule.name:<20} {engine:<9} {rule.origin or '-':<10} scope {scopes}; "
+        f"{repeat}; {context}; interrupt {rule.interrupt}\n{'':<20} {rule.path}"
+    )
+
+
+def cmd_rules_list(args: argparse.Namespace) -> int:
+    from actors.ttsr import rule_folders
+    from actors.ttsr_match import StreamMatcher
+    from actors.ttsr_rules import load_rules
+    from adapters.host import user_rules_dir
+
+    settings = _settings(args)
+    workspace = os.path.abspath(args.workspace or settings.workspace)
+    folders = rule_folders(workspace, settings.rules_dir, user_rules_dir())
+    rule_set = load_rules(folders)
+    matcher = StreamMatcher(rule_set.rules, window=settings.ttsr.window)
+    state = "on" if settings.ttsr.enabled else "OFF (ttsr.enabled = false)"
+    print(f"TTSR {state}; rules for workspace {workspace}, first folder wins:")
+    for origin, folder in folders:
+        print(f"  {origin:<10} {folder}{'' if os.path.isdir(folder) else '  (missing)'}")
+    print()
+    if not rule_set.rules:
+        print("no rules loaded")
+    for rule in rule_set.rules:
+        print(_rule_line(rule, matcher.engines[rule.name], settings.ttsr))
+    for note in rule_set.shadowed:
+        print(f"shadowed: {note}")
+    for warning in rule_set.warnings:
+        print(f"skipped: {warning}")
+    return 0
+
+
+def cmd_rules_check(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from actors.ttsr_match import StreamMatcher
+    from actors.ttsr_rules import parse_rule_file
+
+    settings = _settings(args)
+    bad = 0
+    for name in args.files:
+        try:
+            rule = parse_rule_file(Path(name))
+        except ValueError as exc:
+            print(f"{name}: invalid: {exc}")
+            bad += 1
+            continue
+        engine = StreamMatcher([rule]).engines[rule.name]
+        print(f"{name}: ok\n  {_rule_line(rule, engine, settings.ttsr)}")
+    return 1 if bad else 0
+
+
+def cmd_rules_test(args: argparse.Namespace) -> int:
+    from actors.ttsr import rule_folders
+    from actors.ttsr_rules import load_rules
+    from actors.ttsr_whatif import what_if
+    from adapters.host import user_rules_dir
+
+    settings = _settings(args)
+    app = _open_store(settings)
+    try:
+        sid = _resolve(app, _view(settings, app), args.session)
+        session = app.session(sid)
+        assert session is not None
+        folders: Any = [("given", args.rules)] if args.rules else rule_folders(
+            session.workspace, settings.rules_dir, user_rules_dir()
+        )
+        rule_set = load_rules(folders)
+        for warning in rule_set.warnings:
+            print(f"skipped: {warning}")
+        hits = what_if(app.session_events(sid), rule_set.rules, settings.ttsr)
+        print(f"{len(rule_set.rules)} rule(s) over session {sid} "
+              f"({session.version} events): {len(hits)} hit(s)")
+        for hit in hits:
+            print(f"  event {hit.version:>4}  turn {hit.turn:>3}  {hit.action:<9} "
+                  f"{hit.rule}  in {hit.source} at {hit.offset}")
+    finally:
+        app.close()
+    return 0
+
+
+def cmd_rules_injections(args: argparse.Namespace) -> int:
+    from adapters.store import store_env
+    from projections.follower import Follower
+    from projections.injection_records import InjectionRecords
+
+    settings = _settings(args)
+    app = _open_store(settings)
+    view = InjectionRecords(app, {**store_env(settings, "injections"), "CREATE_TABLE": "true"})
+    try:
+        Follower(app, name="cli", position=view.position, consume=view.consume).catch_up()
+        records = view.records(args.session)
+        if not records:
+            print("no rule has fired yet")
+        for r in records:
+            how = "reminded after the turn" if r.deferred else "interrupted"
+            print(f"{r.at}  {r.session_id}  turn {r.turn:>3}  {r.rule:<20} {how} "
+                  f"({r.source} at {r.offset_end})")
+    finally:
+        view.close()
+        app.close()
+    return 0
+
+
 def cmd_fake_llm(args: argparse.Namespace, rest: list[str]) -> int:
     from adapters.fake_llm import main as fake_llm_main
 
@@ -298,6 +412,34 @@ def build_parser() -> argparse.ArgumentParser:
     replay = add("replay", "show a session as it stood after event N", cmd_replay)
     replay.add_argument("session", help="session id or name")
     replay.add_argument("--until", type=int, metavar="N", help="event number (default: latest)")
+    rules = sub.add_parser(
+        "rules", help="TTSR rules: list, check, test over a stored session, injections",
+        description="Time-traveling stream rules: what is loaded, whether a file is valid, "
+        "what a rule set would have done over a stored session.",
+    )
+    rules_sub = rules.add_subparsers(dest="rules_command", metavar="ACTION", required=True)
+    listing = rules_sub.add_parser(
+        "list", help="the rules in force, where each comes from, its engine, and what was "
+        "skipped and why", description="The rules a session in WORKSPACE runs with.")
+    listing.add_argument("--workspace", metavar="DIR", help="workspace (default: the setting)")
+    listing.set_defaults(func=cmd_rules_list)
+    check = rules_sub.add_parser("check", help="validate rule files",
+                                 description="Validate rule files; exit 1 if any is invalid.")
+    check.add_argument("files", nargs="+", metavar="FILE", help="rule file (Markdown)")
+    check.set_defaults(func=cmd_rules_check)
+    test = rules_sub.add_parser(
+        "test", help="where rules would have fired over a stored session (no model)",
+        description="Run a rule set over a stored session's recorded model output and list "
+        "where each rule would have fired: a what-if, without the model.")
+    test.add_argument("--session", required=True, metavar="ID", help="session id or name")
+    test.add_argument("--rules", metavar="DIR",
+                      help="rules folder to try (default: the session's own rules)")
+    test.set_defaults(func=cmd_rules_test)
+    injections = rules_sub.add_parser(
+        "injections", help="rules that fired, from the injection records",
+        description="Every recorded TTSR injection, oldest first.")
+    injections.add_argument("--session", metavar="ID", help="only this session")
+    injections.set_defaults(func=cmd_rules_injections)
     fake = sub.add_parser(
         "fake-llm", help="serve scripted model responses (Anthropic streaming format)",
         add_help=False,

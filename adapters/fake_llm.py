@@ -98,14 +98,17 @@ class ToolUseSpec(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class Block(msgspec.Struct, forbid_unknown_fields=True):
-    """One content block of a scripted response: exactly one of ``text`` or ``tool_use``."""
+    """One content block of a scripted response: exactly one of ``text``, ``thinking``
+    or ``tool_use``."""
 
     text: str | None = None
+    thinking: str | None = None
     tool_use: ToolUseSpec | None = None
 
     def __post_init__(self) -> None:
-        if (self.text is None) == (self.tool_use is None):
-            raise ValueError("a block needs exactly one of `text` or `tool_use`")
+        given = [v for v in (self.text, self.thinking, self.tool_use) if v is not None]
+        if len(given) != 1:
+            raise ValueError("a block needs exactly one of `text`, `thinking` or `tool_use`")
 
 
 class UsageSpec(msgspec.Struct, forbid_unknown_fields=True):
@@ -612,6 +615,11 @@ class _Plan:
                     }
                 )
                 out_chars += len(json.dumps(tool_input)) + len(block.tool_use.name)
+            elif block.thinking is not None:
+                self.blocks.append(
+                    {"type": "thinking", "thinking": block.thinking, "signature": "fake-sig"}
+                )
+                out_chars += len(block.thinking)
             else:
                 self.blocks.append({"type": "text", "text": block.text or ""})
                 out_chars += len(block.text or "")
@@ -660,6 +668,23 @@ class _Plan:
                         "index": index,
                         "delta": {"type": "text_delta", "text": piece},
                     }
+            elif block["type"] == "thinking":
+                yield {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+                }
+                for piece in _chunks(block["thinking"], size):
+                    yield {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "thinking_delta", "thinking": piece},
+                    }
+                yield {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "signature_delta", "signature": block["signature"]},
+                }
             else:
                 yield {
                     "type": "content_block_start",

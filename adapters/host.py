@@ -44,6 +44,7 @@ from events.messages import (
 )
 from events.subjects import Subjects
 from projections.follower import Follower
+from projections.injection_records import InjectionRecords
 from projections.session_view import SessionView
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,15 @@ class Host:
             self.app, name="session-view", position=self.view.position, consume=self.view.consume
         ).start()
         self._stack.append(self.view_follower.stop)
+        self.injections = InjectionRecords(
+            self.app, {**store_env(settings, "injections"), "CREATE_TABLE": "true"}
+        )
+        self._stack.append(self.injections.close)
+        self.injections_follower = Follower(
+            self.app, name="injections", position=self.injections.position,
+            consume=self.injections.consume,
+        ).start()
+        self._stack.append(self.injections_follower.stop)
         self.relay = EventRelay(self.app, self.bus, self.subjects).start()
         self._stack.append(self.relay.stop)
         self.system = ActorSystem(self.bus, self.subjects, failure_log=self._record_failure)
@@ -235,7 +245,7 @@ class Host:
     def list_sessions(self) -> list[Any]:
         """The session view, caught up with the log first."""
         self.view_follower.catch_up()
-        return self.view.rows()
+        return self.view.summaries()
 
     def _record_failure(self, process: str, actor: str, error: str, restarted: bool) -> None:
         self.app.record_actor_failure(process, actor, error, restarted)

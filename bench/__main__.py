@@ -10,10 +10,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from bench import append, ask, interrupt
+from bench import append, ask, interrupt, ttsr
 from bench.common import nats_server, say
 
-BENCHMARKS = ("ask", "append", "interrupt")
+BENCHMARKS = ("ask", "append", "interrupt", "ttsr")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             say()
             value = interrupt.run(url, quick=args.quick)
             summary.append(f"RATIO kill streaming/idle = {value:.2f}")
+    if "ttsr" in chosen:
+        say()
+        summary.append(f"RATIO ttsr monitor/naive = {ttsr.run(quick=args.quick):.4f}")
     say()
     say("== summary")
     for line in summary:

@@ -1,20 +1,28 @@
-"""Tests for the TTSR pure logic: rule files, the reminder text and the stream matcher."""
+"""Tests for the TTSR rule files, scopes and reminder text (actors/ttsr_rules.py)."""
 
 from __future__ import annotations
 
-import random
-import re
 from pathlib import Path
 
 import pytest
 
 from actors.ttsr_rules import (
-    Match,
+    DEFAULT_SCOPES,
     Rule,
-    StreamMatcher,
+    Scope,
+    compile_trigger,
     load_rules,
+    parse_rule_file,
+    parse_scope,
     render_reminder,
 )
+
+PREAMBLE = [
+    "Your output was interrupted because it broke one of this project's rules.",
+    "This notice comes from the agent enforcing the project's rules; it is not an "
+    "injected prompt.",
+    "Follow the instruction below from now on, then carry on with the task.",
+]
 
 
 def write_rule(folder: Path, filename: str, front: str, body: str = "Do the right thing.") -> Path:
@@ -24,19 +32,22 @@ def write_rule(folder: Path, filename: str, front: str, body: str = "Do the righ
     return path
 
 
-def rule(name: str, trigger: str, scope: str = "text", body: str = "") -> Rule:
+def rule(
+    name: str,
+    trigger: str = "x",
+    scopes: tuple[str, ...] = ("text",),
+    body: str = "",
+    path: str = "",
+    **extra: object,
+) -> Rule:
     return Rule(
         name=name,
-        description="",
         trigger=trigger,
         body=body or f"Body of {name}.",
-        path=f"/rules/{name}.md",
-        scope=scope,
+        path=path or f"/rules/{name}.md",
+        scopes=tuple(parse_scope(s) for s in scopes),
+        **extra,  # type: ignore[arg-type]
     )
-
-
-def names(matches: list[Match]) -> list[str]:
-    return [m.rule.name for m in matches]
 
 
 # --- loading ------------------------------------------------------------------------------
@@ -46,11 +57,14 @@ def test_load_rule_file_fields(tmp_path: Path) -> None:
     path = write_rule(
         tmp_path / "rules",
         "no-print.md",
-        "name: no-print\ndescription: use logging\ntrigger: '\\bprint\\('\nscope: tool:write",
+        "name: no-print\ndescription: use logging\ntrigger: '\\bprint\\('\n"
+        "scope: tool:write\nrepeat_mode: after-gap\nrepeat_gap: 3\ncontext_mode: keep\n"
+        "interrupt: tool-only",
         body="Use the logging module instead of print().",
     )
     result = load_rules([str(tmp_path / "rules")])
     assert result.warnings == []
+    assert result.shadowed == []
     assert result.rules == [
         Rule(
             name="no-print",
@@ -58,16 +72,45 @@ def test_load_rule_file_fields(tmp_path: Path) -> None:
             trigger=r"\bprint\(",
             body="Use the logging module instead of print().",
             path=str(path),
-            scope="tool:write",
+            scopes=(Scope("tool", "write"),),
+            repeat_mode="after-gap",
+            repeat_gap=3,
+            context_mode="keep",
+            interrupt="tool-only",
+            origin="",
         )
     ]
 
 
-def test_name_defaults_to_file_stem_and_scope_to_text(tmp_path: Path) -> None:
+def test_defaults_name_from_stem_scopes_and_unset_settings(tmp_path: Path) -> None:
     write_rule(tmp_path, "no-todo.md", "trigger: TODO")
     [loaded] = load_rules([str(tmp_path)]).rules
     assert loaded.name == "no-todo"
-    assert loaded.scope == "text"
+    assert DEFAULT_SCOPES == ("text", "tool")
+    assert loaded.scopes == (Scope("text"), Scope("tool"))
+    assert loaded.repeat_mode is None
+    assert loaded.repeat_gap is None
+    assert loaded.context_mode is None
+    assert loaded.interrupt == "always"
+    assert loaded.body == "Do the right thing."
+
+
+def test_blank_name_falls_back_to_stem_and_scope_list(tmp_path: Path) -> None:
+    write_rule(tmp_path, "stem.md", "name: '  '\ntrigger: x\nscope: [thinking, 'tool:sh*(*.sh)']")
+    [loaded] = load_rules([str(tmp_path)]).rules
+    assert loaded.name == "stem"
+    assert loaded.scopes == (Scope("thinking"), Scope("tool", "sh*", "*.sh"))
+
+
+def test_only_md_files_in_name_order_and_not_recursive(tmp_path: Path) -> None:
+    write_rule(tmp_path, "b.md", "trigger: b")
+    write_rule(tmp_path, "a.md", "trigger: a")
+    write_rule(tmp_path, "c.txt", "trigger: c")
+    write_rule(tmp_path / "sub", "d.md", "trigger: d")
+    (tmp_path / "dir.md").mkdir()
+    result = load_rules([str(tmp_path)])
+    assert [r.name for r in result.rules] == ["a", "b"]
+    assert result.warnings == []
 
 
 def test_bad_rules_are_skipped_with_a_warning_naming_the_file(tmp_path: Path) -> None:
@@ -79,11 +122,18 @@ def test_bad_rules_are_skipped_with_a_warning_naming_the_file(tmp_path: Path) ->
     no_front = tmp_path / "f-no-front.md"
     no_front.write_text("just a note\n", encoding="utf-8")
     write_rule(tmp_path, "g-good.md", "trigger: good")
+    empty_trigger = write_rule(tmp_path, "h-empty-trigger.md", "trigger: ''")
+    unclosed = tmp_path / "i-unclosed.md"
+    unclosed.write_text("---\ntrigger: x\nno closing line\n", encoding="utf-8")
+    not_utf8 = tmp_path / "j-binary.md"
+    not_utf8.write_bytes(b"\xff\xfe---\ntrigger: x\n---\n")
+    not_mapping = write_rule(tmp_path, "k-list.md", "- a\n- b")
+    lookbehind = write_rule(tmp_path, "l-lookbehind.md", "trigger: '(?<=a+)b'")
+    write_rule(tmp_path, "m-good.md", "trigger: fine")
 
-    result = load_rules([str(tmp_path)])
+    result = load_rules([str(tmp_path)])  # never raises
 
-    assert [r.name for r in result.rules] == ["g-good"]
-    assert len(result.warnings) == 6
+    assert [r.name for r in result.rules] == ["g-good", "m-good"]
     expected = [
         (bad_regex, "does not compile"),
         (no_trigger, "no trigger"),
@@ -91,10 +141,51 @@ def test_bad_rules_are_skipped_with_a_warning_naming_the_file(tmp_path: Path) ->
         (bad_scope, "bad scope"),
         (empty_match, "empty string"),
         (no_front, "no YAML front matter"),
+        (empty_trigger, "no trigger"),
+        (unclosed, "no YAML front matter"),
+        (not_utf8, "cannot read"),
+        (not_mapping, "bad front matter"),
+        (lookbehind, "does not compile"),
     ]
+    assert len(result.warnings) == len(expected)
     for warning, (path, reason) in zip(result.warnings, expected, strict=True):
-        assert str(path) in warning
+        assert warning.startswith(f"{path}: skipped: ")
         assert reason in warning
+
+
+@pytest.mark.parametrize(
+    ("front", "reason"),
+    [
+        ("trigger: x\nunknown_key: 1", "unknown_key"),
+        ("trigger: x\nrepeat_gap: 0", "repeat_gap must be at least 1, got 0"),
+        ("trigger: x\nrepeat_gap: -3", "repeat_gap must be at least 1"),
+        ("trigger: x\nrepeat_gap: soon", "repeat_gap"),
+        ("trigger: x\ninterrupt: sometimes", "interrupt"),
+        ("trigger: x\nrepeat_mode: twice", "repeat_mode"),
+        ("trigger: x\ncontext_mode: maybe", "context_mode"),
+        ("trigger: x\nscope: 'text:foo'", "bad scope"),
+        ("trigger: x\nscope: [text, 5]", "bad front matter"),
+    ],
+)
+def test_bad_settings_in_front_matter_are_skipped(tmp_path: Path, front: str, reason: str) -> None:
+    bad = write_rule(tmp_path, "a-bad.md", front)
+    write_rule(tmp_path, "b-good.md", "trigger: y")
+    result = load_rules([str(tmp_path)])
+    assert [r.name for r in result.rules] == ["b-good"]
+    [warning] = result.warnings
+    assert warning.startswith(f"{bad}: skipped: ")
+    assert reason in warning
+    with pytest.raises(ValueError):
+        parse_rule_file(bad)
+
+
+def test_trigger_whose_compile_overflows_is_skipped_not_raised(tmp_path: Path) -> None:
+    huge = write_rule(tmp_path, "a-huge.md", "trigger: 'a{4294967296}'")
+    write_rule(tmp_path, "b-good.md", "trigger: y")
+    result = load_rules([str(tmp_path)])
+    assert [r.name for r in result.rules] == ["b-good"]
+    [warning] = result.warnings
+    assert str(huge) in warning
 
 
 def test_earlier_folder_shadows_later_one_by_name(tmp_path: Path) -> None:
@@ -107,192 +198,199 @@ def test_earlier_folder_shadows_later_one_by_name(tmp_path: Path) -> None:
     assert [(r.name, r.trigger) for r in result.rules] == [("style", "first"), ("extra", "extra")]
     assert result.rules[0].path == str(first)
     assert result.warnings == []
+    [note] = result.shadowed
+    assert str(second) in note
+    assert str(first) in note
+    assert "'style'" in note
+
+
+def test_duplicates_with_origins(tmp_path: Path) -> None:
+    write_rule(tmp_path / "ws", "style.md", "trigger: workspace-version")
+    write_rule(tmp_path / "user", "style.md", "trigger: user-version")
+    write_rule(tmp_path / "user", "mine.md", "trigger: mine")
+
+    result = load_rules([("workspace", str(tmp_path / "ws")), ("user", str(tmp_path / "user"))])
+
+    assert [(r.name, r.origin, r.trigger) for r in result.rules] == [
+        ("style", "workspace", "workspace-version"),
+        ("mine", "user", "mine"),
+    ]
     assert len(result.shadowed) == 1
-    assert str(second) in result.shadowed[0]
+    assert str(tmp_path / "user" / "style.md") in result.shadowed[0]
+
+
+def test_duplicate_names_within_one_folder_keep_the_first_file(tmp_path: Path) -> None:
+    write_rule(tmp_path, "a.md", "name: same\ntrigger: one")
+    write_rule(tmp_path, "b.md", "name: same\ntrigger: two")
+    result = load_rules([str(tmp_path)])
+    assert [r.trigger for r in result.rules] == ["one"]
+    assert len(result.shadowed) == 1
+
+
+def test_same_folder_twice_is_loaded_once_and_empty_entries_ignored(tmp_path: Path) -> None:
+    write_rule(tmp_path, "r.md", "trigger: r")
+    result = load_rules([("a", str(tmp_path)), ("b", ""), ("c", str(tmp_path))])
+    assert [(r.name, r.origin) for r in result.rules] == [("r", "a")]
+    assert result.shadowed == []
+    assert result.warnings == []
 
 
 def test_missing_folder_gives_no_rules(tmp_path: Path) -> None:
     write_rule(tmp_path / "real", "r.md", "trigger: r")
-    result = load_rules([str(tmp_path / "absent"), str(tmp_path / "real")])
+    (tmp_path / "file-not-folder").write_text("x", encoding="utf-8")
+    result = load_rules(
+        [str(tmp_path / "absent"), str(tmp_path / "file-not-folder"), str(tmp_path / "real")]
+    )
     assert [r.name for r in result.rules] == ["r"]
     assert result.warnings == []
+    assert load_rules([]).rules == []
+
+
+def test_bom_and_crlf_front_matter(tmp_path: Path) -> None:
+    path = tmp_path / "crlf.md"
+    path.write_bytes("\ufeff---\r\ntrigger: x\r\n---\r\nBody.\r\n".encode())
+    [loaded] = load_rules([str(tmp_path)]).rules
+    assert loaded.trigger == "x"
+    assert loaded.body == "Body."
+
+
+# --- triggers -----------------------------------------------------------------------------
+
+
+def test_compile_trigger() -> None:
+    assert compile_trigger(r"\bprint\(").search("x = print(1)")
+    with pytest.raises(ValueError, match="does not compile"):
+        compile_trigger("(")
+    with pytest.raises(ValueError, match="empty string"):
+        compile_trigger("a?")
+    with pytest.raises(ValueError, match="empty string"):
+        compile_trigger("^")
+
+
+# --- scopes -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "scope"),
+    [
+        ("text", Scope("text")),
+        ("thinking", Scope("thinking")),
+        ("tool", Scope("tool")),
+        (" tool:shell ", Scope("tool", "shell")),
+        ("tool:write_*", Scope("tool", "write_*")),
+        ("tool:write_file(*.py)", Scope("tool", "write_file", "*.py")),
+        ("tool(src/*)", Scope("tool", "", "src/*")),
+    ],
+)
+def test_parse_scope(text: str, scope: Scope) -> None:
+    assert parse_scope(text) == scope
+
+
+@pytest.mark.parametrize(
+    "text", ["everywhere", "text:foo", "thinking(*.py)", "tool:a b", "tool:", "tool:x(", ""]
+)
+def test_parse_scope_refuses(text: str) -> None:
+    with pytest.raises(ValueError, match="bad scope"):
+        parse_scope(text)
+
+
+def test_scopes_per_source() -> None:
+    text = rule("t", scopes=("text",))
+    thinking = rule("th", scopes=("thinking",))
+    any_tool = rule("tool", scopes=("tool",))
+    shell = rule("sh", scopes=("tool:shell",))
+    writes = rule("w", scopes=("tool:write_*",))
+    both = rule("both", scopes=("text", "thinking"))
+    sources = ["text", "thinking", "tool:shell", "tool:write_file", "tool:read_file"]
+    watched = {
+        r.name: [s for s in sources if r.watches(s)]
+        for r in (text, thinking, any_tool, shell, writes, both)
+    }
+    assert watched == {
+        "t": ["text"],
+        "th": ["thinking"],
+        "tool": ["tool:shell", "tool:write_file", "tool:read_file"],
+        "sh": ["tool:shell"],
+        "w": ["tool:write_file"],
+        "both": ["text", "thinking"],
+    }
+    assert not any_tool.watches("tool")  # a tool source always names its tool
+    assert not text.watches("tool:text")
+
+
+def test_path_fits_with_glob() -> None:
+    py = rule("py", scopes=("tool:write_file(*.py)",))
+    assert py.path_fits("tool:write_file", None) is None
+    assert py.path_fits("tool:write_file", "src/app/main.py") is True
+    assert py.path_fits("tool:write_file", "README.md") is False
+    assert py.path_fits("tool:shell", "main.py") is False  # no scope fits the source
+    assert Scope("tool", "write_file", "*.py").path_fits(None) is None
+    assert Scope("tool", "write_file").path_fits(None) is True
+
+
+def test_path_fits_with_several_scopes() -> None:
+    two_globs = rule("g", scopes=("tool:write_file(*.py)", "tool:write_file(*.md)"))
+    assert two_globs.path_fits("tool:write_file", None) is None
+    assert two_globs.path_fits("tool:write_file", "a.md") is True
+    assert two_globs.path_fits("tool:write_file", "a.py") is True
+    assert two_globs.path_fits("tool:write_file", "a.txt") is False
+
+    glob_or_any = rule("a", scopes=("tool:write_file(*.py)", "tool"))
+    assert glob_or_any.path_fits("tool:write_file", None) is True
+    assert glob_or_any.path_fits("tool:write_file", "a.txt") is True
+
+    text_and_glob = rule("tg", scopes=("text", "tool:edit(*.py)"))
+    assert text_and_glob.path_fits("text", None) is True
+    assert text_and_glob.path_fits("tool:edit", None) is None
+    assert text_and_glob.path_fits("tool:edit", "x.rs") is False
+
+
+@pytest.mark.parametrize(
+    ("interrupt", "expected"),
+    [
+        ("always", {"text": True, "thinking": True, "tool:shell": True}),
+        ("prose-only", {"text": True, "thinking": True, "tool:shell": False}),
+        ("tool-only", {"text": False, "thinking": False, "tool:shell": True}),
+        ("never", {"text": False, "thinking": False, "tool:shell": False}),
+    ],
+)
+def test_aborts_on(interrupt: str, expected: dict[str, bool]) -> None:
+    r = rule("r", interrupt=interrupt)
+    assert {source: r.aborts_on(source) for source in expected} == expected
 
 
 # --- reminder -----------------------------------------------------------------------------
 
 
-def test_reminder_envelope_and_blank_line_join() -> None:
+def test_reminder_exact_envelope() -> None:
+    one = rule("no-print", "print", body="Use logging.\nReally.")
+    assert render_reminder([one]).split("\n") == [
+        '<system-interrupt reason="rule_violation" rule="no-print" path="/rules/no-print.md">',
+        *PREAMBLE,
+        "",
+        "Use logging.",
+        "Really.",
+        "</system-interrupt>",
+    ]
+
+
+def test_reminder_blank_line_join_in_given_order() -> None:
     one = rule("no-print", "print", body="Use logging.")
     two = rule("no-todo", "TODO", body="Finish the work.")
-    text = render_reminder([one, two])
+    text = render_reminder([two, one])
+    assert text == render_reminder([two]) + "\n\n" + render_reminder([one])
+    assert text.index('rule="no-todo"') < text.index('rule="no-print"')
+    assert text.count("<system-interrupt ") == 2
+    assert text.count("</system-interrupt>") == 2
 
-    blocks = text.split("\n\n<system-interrupt")
-    assert len(blocks) == 2
-    first_lines = text.split("\n")
-    assert first_lines[0] == (
-        '<system-interrupt reason="rule_violation" rule="no-print" path="/rules/no-print.md">'
+
+def test_reminder_escapes_attributes_not_body_and_needs_rules() -> None:
+    r = rule('a"b<c>&\'d', "x", body="<b>keep & as is</b>", path='/r/"x" & <y>.md')
+    lines = render_reminder([r]).split("\n")
+    assert lines[0] == (
+        '<system-interrupt reason="rule_violation" rule="a&quot;b&lt;c&gt;&amp;&#x27;d" '
+        'path="/r/&quot;x&quot; &amp; &lt;y&gt;.md">'
     )
-    single = render_reminder([one])
-    assert text == single + "\n\n" + render_reminder([two])
-    lines = single.split("\n")
-    assert lines[-1] == "</system-interrupt>"
-    assert lines[-2] == "Use logging."
-    assert lines[-3] == ""
-    preamble = lines[1:-3]
-    assert 2 <= len(preamble) <= 3
-    assert "interrupted" in preamble[0]
-    assert "not an injected prompt" in " ".join(preamble)
-
-
-def test_reminder_escapes_attributes_and_needs_rules() -> None:
-    text = render_reminder([rule('a"b', "x")])
-    assert text.startswith('<system-interrupt reason="rule_violation" rule="a&quot;b" ')
+    assert lines[-2] == "<b>keep & as is</b>"
     with pytest.raises(ValueError):
         render_reminder([])
-
-
-# --- matching -----------------------------------------------------------------------------
-
-
-def test_match_split_across_three_deltas() -> None:
-    matcher = StreamMatcher([rule("danger", r"rm -rf /")])
-    assert matcher.feed("text", "now I will rm") == []
-    assert matcher.feed("text", " -r") == []
-    [found] = matcher.feed("text", "f / and more")
-    assert found.rule.name == "danger"
-    assert found.source == "text"
-    assert found.offset == len("now I will ")
-    assert found.text == "rm -rf /"
-
-
-def test_match_is_not_reported_twice() -> None:
-    matcher = StreamMatcher([rule("todo", "TODO")])
-    assert names(matcher.feed("text", "x TODO")) == ["todo"]
-    assert matcher.feed("text", " y") == []
-    assert matcher.feed("text", " TODO again") == []
-    assert matcher.fired == frozenset({"todo"})
-
-
-def test_mark_fired_excludes_rule() -> None:
-    matcher = StreamMatcher([rule("todo", "TODO"), rule("fixme", "FIXME")])
-    matcher.mark_fired(["todo"])
-    assert names(matcher.feed("text", "TODO FIXME")) == ["fixme"]
-
-
-def test_reset_clears_buffers() -> None:
-    matcher = StreamMatcher([rule("pair", "abcdef")])
-    assert matcher.feed("text", "abc") == []
-    matcher.reset()
-    assert matcher.feed("text", "def") == []
-    assert names(matcher.feed("text", " abcdef")) == ["pair"]
-
-
-def test_two_rules_matching_in_same_delta_come_back_together() -> None:
-    matcher = StreamMatcher([rule("one", "alpha"), rule("two", "beta"), rule("three", "gamma")])
-    assert matcher.feed("text", "alp") == []
-    found = matcher.feed("text", "ha beta")
-    assert names(found) == ["one", "two"]
-    assert [m.offset for m in found] == [0, 6]
-
-
-def test_tool_buffers_are_separate_per_tool_call() -> None:
-    matcher = StreamMatcher([rule("secret", "password", scope="tool")])
-    assert matcher.feed("tool:shell", '{"cmd": "pass', block=1) == []
-    assert matcher.feed("tool:shell", "word", block=2) == []
-    assert matcher.feed("tool:write", "word", block=3) == []
-    [found] = matcher.feed("tool:shell", 'word"}', block=1)
-    assert (found.source, found.block, found.offset) == ("tool:shell", 1, len('{"cmd": "'))
-
-
-def test_scope_filters_text_and_tool_sources() -> None:
-    matcher = StreamMatcher(
-        [
-            rule("text-only", "DROP TABLE"),
-            rule("any-tool", "DROP TABLE", scope="tool"),
-            rule("shell-only", "DROP TABLE", scope="tool:shell"),
-        ]
-    )
-    assert names(matcher.feed("tool:sql", "DROP TABLE users")) == ["any-tool"]
-    assert names(matcher.feed("tool:shell", "DROP TABLE users", block=1)) == ["shell-only"]
-    assert names(matcher.feed("text", "DROP TABLE users")) == ["text-only"]
-
-
-def test_bad_source_and_bad_rules_are_refused() -> None:
-    matcher = StreamMatcher([rule("x", "x")])
-    with pytest.raises(ValueError):
-        matcher.feed("tool:", "x")
-    with pytest.raises(ValueError):
-        matcher.feed("thinking", "x")
-    with pytest.raises(ValueError):
-        StreamMatcher([rule("x", "x"), rule("x", "y")])
-    with pytest.raises(ValueError):
-        StreamMatcher([rule("bad", "(")])
-    with pytest.raises(ValueError):
-        StreamMatcher([rule("x", "x")], window=0)
-
-
-def test_offset_and_anchor_are_right_after_the_buffer_is_trimmed() -> None:
-    window = 64
-    rules = [
-        rule("line-start", r"(?m)^import os"),
-        rule("word", r"\bneedle"),
-        rule("string-start", r"^y"),
-    ]
-    matcher = StreamMatcher(rules, window)
-    text = "x" * 1000 + "import os" + "y" * 500
-    for i in range(0, len(text), 7):
-        # neither '^' nor '\b' may match where the retained tail was cut off
-        assert matcher.feed("text", text[i : i + 7]) == []
-    found = matcher.feed("text", "\nimport os needle")
-    assert names(found) == ["line-start", "word"]
-    assert found[0].offset == len(text) + 1
-    assert found[1].offset == len(text) + len("\nimport os ")
-
-
-def test_agrees_with_full_search_for_matches_within_the_window() -> None:
-    rng = random.Random(4)
-    triggers = [r"ab+c", r"c[ab]{3}a", r"(?<=b)aa", r"a.{0,20}cc"]
-    for trial in range(200):
-        reply = "".join(rng.choice("abc ") for _ in range(rng.randrange(0, 120)))
-        matcher = StreamMatcher([rule(f"r{i}", t) for i, t in enumerate(triggers)], window=32)
-        reported: dict[str, int] = {}
-        pos = 0
-        while pos < len(reply):
-            step = rng.randrange(1, 9)
-            for m in matcher.feed("text", reply[pos : pos + step]):
-                reported[m.rule.name] = m.offset
-            pos += step
-        for i, trigger in enumerate(triggers):
-            first = re.search(trigger, reply)
-            assert (f"r{i}" in reported) == (first is not None), (trial, reply, trigger)
-            if first is not None:
-                found = reported[f"r{i}"]
-                assert re.compile(trigger).match(reply, found), (trial, reply, trigger)
-
-
-def test_match_longer_than_window_is_not_guaranteed() -> None:
-    matcher = StreamMatcher([rule("long", r"BEGIN.*END")], window=16)
-    matcher.feed("text", "BEGIN")
-    for _ in range(10):
-        matcher.feed("text", "." * 10)
-    assert matcher.feed("text", "END") == []  # documented limit: 108 chars > window
-
-
-def test_long_reply_in_small_deltas_does_bounded_work() -> None:
-    window, delta, size = 4096, 10, 200_000
-    rules = [rule("never", "NEVER-MATCHES"), rule("also-never", r"\bZZZ\b")]
-    matcher = StreamMatcher(rules, window=window)
-    chunk = "lorem ipsum dolor sit amet " * 10
-    reply = (chunk * (size // len(chunk) + 1))[:size]
-    deltas = 0
-    for i in range(0, size, delta):
-        assert matcher.feed("text", reply[i : i + delta]) == []
-        deltas += 1
-    assert deltas == size // delta
-    # each rule searches at most the window before the delta plus the delta itself
-    assert matcher.scanned_chars <= len(rules) * (window + delta) * deltas
-    # a full rescan on every delta would have cost about n^2 / (2 * delta) per rule
-    assert matcher.scanned_chars < len(rules) * size * size // (2 * delta) // 20
-    # and a match at the very end is still found, at the right offset
-    [found] = matcher.feed("text", " NEVER-MATCHES")
-    assert found.offset == size + 1

@@ -224,7 +224,7 @@ def test_non_streaming_request_gets_the_whole_message() -> None:
         ("responses:\n  - blocks: [{txt: hi}]\n", "unknown field `txt` - at `$.responses[0]"),
         (
             "responses:\n  - blocks: [{text: hi, tool_use: {name: x}}]\n",
-            "exactly one of `text` or `tool_use` - at `$.responses[0].blocks[0]`",
+            "exactly one of `text`, `thinking` or `tool_use` - at `$.responses[0].blocks[0]`",
         ),
         ("responses:\n  - blocks: []\n", "non-empty `blocks`"),
         ("responses:\n  - chunk: 0\n    blocks: [{text: hi}]\n", "`$.responses[0].chunk`"),

@@ -51,6 +51,12 @@ def test_interrupt_quick_prints_its_ratio(nats_url: str) -> None:
     assert "kill mid-stream" in out
 
 
+def test_ttsr_quick_prints_its_ratio() -> None:
+    out = run_bench("bench.ttsr", "--quick")
+    assert re.search(r"RATIO ttsr monitor/naive @ 4 KB = \d+\.\d{4}$", out, re.MULTILINE), out
+    assert "monitor us" in out and "naive us" in out
+
+
 def test_all_benchmarks_quick(nats_url: str) -> None:
     out = run_bench("bench", "--quick", "--nats", nats_url, "--only", "ask", "--only", "append")
     for name in ("ask", "append"):

@@ -87,7 +87,7 @@ def test_view_shows_each_session(app: TetherApplication, open_view: Callable[[],
 
     assert handled == app.max_notification_id() == 9
     assert view.position() == 9
-    rows = {r.session_id: r for r in view.rows()}
+    rows = {r.session_id: r for r in view.summaries()}
     assert rows["s1"] == SessionSummary(
         session_id="s1", name="fix-login", status="waiting", turns=1, input_tokens=150,
         output_tokens=25, cost_usd=0.25, last_activity=stamp(app, "s1"),
@@ -97,7 +97,7 @@ def test_view_shows_each_session(app: TetherApplication, open_view: Callable[[],
         output_tokens=0, cost_usd=0.0, last_activity=stamp(app, "s2"),
     )
     # most recently active first
-    listed = view.rows()
+    listed = view.summaries()
     assert listed == sorted(listed, key=lambda r: r.session_id)
     assert listed == sorted(listed, key=lambda r: r.last_activity, reverse=True)
 
@@ -109,12 +109,12 @@ def test_same_notifications_twice_change_nothing(
     view = open_view()
     batch = app.recorder.select_notifications(start=1, limit=100)
     view.consume(batch)
-    rows, position = view.rows(), view.position()
+    rows, position = view.summaries(), view.position()
 
     view.consume(batch)
     view.consume(batch[3:5])
 
-    assert view.rows() == rows
+    assert view.summaries() == rows
     assert view.position() == position == len(batch)
     assert rows[0].turns == 1 and rows[0].input_tokens == 150
 
@@ -139,7 +139,7 @@ def test_a_new_view_resumes_from_its_position(
     handled = follow(app, restarted)
 
     assert handled == app.max_notification_id() - position
-    rows = {r.session_id: r for r in restarted.rows()}
+    rows = {r.session_id: r for r in restarted.summaries()}
     assert rows["s1"].turns == 2  # the first turn is not counted again
     assert rows["s1"].cost_usd == pytest.approx(0.75)
     assert rows["s1"].input_tokens == 150
@@ -155,7 +155,7 @@ def test_other_aggregates_advance_position_without_rows(
     run_turn(app, "s1", "fix-login")
     view = open_view()
     follow(app, view)
-    before = view.rows()
+    before = view.summaries()
 
     decision = ToolDecision(call_id="c1", session_id="s1", tool="shell",
                             tool_input={"cmd": "ls"}, action_hash="h", decision="allow",
@@ -168,7 +168,7 @@ def test_other_aggregates_advance_position_without_rows(
 
     assert handled == 3
     assert view.position() == app.max_notification_id()
-    assert view.rows() == before
+    assert view.summaries() == before
 
 
 def test_running_follower_applies_after_each_save(
@@ -188,5 +188,5 @@ def test_running_follower_applies_after_each_save(
     finally:
         follower.stop()
     assert view.position() == app.max_notification_id()
-    assert [r.session_id for r in view.rows()] == ["s9"]
-    assert view.rows()[0].turns == 1
+    assert [r.session_id for r in view.summaries()] == ["s9"]
+    assert view.summaries()[0].turns == 1
