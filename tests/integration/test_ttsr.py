@@ -363,3 +363,47 @@ responses:
     channel.wait_for("completed")
     session = host.app.session(sid)
     assert session is not None and texts(session) == ["Using a HACK.", "Clean."]
+
+
+def test_an_interrupt_is_applied_once_and_a_message_mid_retry_waits(
+    tmp_path: Path, fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host],
+    watch_channel: Callable[..., Any],
+) -> None:
+    from events.codec import Decoder, encode
+    from events.messages import Interrupt, StreamDelta
+
+    rule(tmp_path / "rules", "no-todo", "TODO", "No TODOs.")
+    script = """
+responses:
+  - match: "start"
+    chunk: 3
+    delay_ms: 20
+    blocks: [{text: "A TODO here, and more text streaming after it."}]
+  - match: "No TODOs"
+    chunk: 3
+    delay_ms: 20
+    blocks: [{text: "The retried answer, streamed slowly."}]
+  - match: "follow-up"
+    blocks: [{text: "The follow-up answer."}]
+"""
+    _, host, channel = start(fake_llm, make_host, watch_channel, script)
+    deltas: queue.Queue[StreamDelta] = queue.Queue()
+    decoder: Decoder[StreamDelta] = Decoder(StreamDelta)
+    host.bus.subscribe(host.subjects.all_streams, lambda m: deltas.put(decoder.decode(m.data)))
+    sid = say(host, "start please")
+    first = deltas.get(timeout=10)
+    assert first.kind == "turn_start"
+    # Duplicates of the monitor's interrupt (a re-delivery, say) for the same generation.
+    for _ in range(3):
+        host.bus.publish(host.subjects.session(sid), encode(Interrupt(
+            session_id=sid, generation=first.generation, rules=["no-todo"],
+            reminder="No TODOs.", source="text")))
+    channel.wait_for("interrupted")
+    say(host, "a follow-up question", sid)  # arrives while the retry streams
+    channel.wait_for("completed")
+    channel.wait_for("completed")
+    events = names(host, sid)
+    assert events.count("TtsrInterrupted") == 1
+    session = host.app.session(sid)
+    assert session is not None and session.turns == 2
+    assert texts(session) == ["The retried answer, streamed slowly.", "The follow-up answer."]
