@@ -9,12 +9,13 @@ commands that call the model.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from adapters.config import ConfigError, Settings, load_settings_with_sources, render_settings
@@ -188,17 +189,25 @@ def _resolve(app: Any, view_rows: list[Any], ref: str) -> str:
     raise ConfigError(f"no session with id or name {ref!r}; `tether sessions` lists them")
 
 
-def _view(settings: Settings, app: Any) -> list[Any]:
-    from adapters.store import store_env
+@contextlib.contextmanager
+def _caught_up(settings: Settings, app: Any, kind: Any, purpose: str) -> Iterator[Any]:
+    """A read model, caught up with the log first (the engine may not be running)."""
+    from adapters.store import open_view
     from projections.follower import Follower
-    from projections.session_view import SessionView
 
-    view = SessionView(app, {**store_env(settings, "views"), "CREATE_TABLE": "true"})
+    view = open_view(kind, app, settings, purpose)
     try:
         Follower(app, name="cli", position=view.position, consume=view.consume).catch_up()
-        return view.summaries()
+        yield view
     finally:
         view.close()
+
+
+def _view(settings: Settings, app: Any) -> list[Any]:
+    from projections.session_view import SessionView
+
+    with _caught_up(settings, app, SessionView, "views") as view:
+        return list(view.summaries())
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -345,16 +354,13 @@ def cmd_rules_test(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_injections(args: argparse.Namespace) -> int:
-    from adapters.store import store_env
-    from projections.follower import Follower
     from projections.injection_records import InjectionRecords
 
     settings = _settings(args)
     app = _open_store(settings)
-    view = InjectionRecords(app, {**store_env(settings, "injections"), "CREATE_TABLE": "true"})
     try:
-        Follower(app, name="cli", position=view.position, consume=view.consume).catch_up()
-        records = view.records(args.session)
+        with _caught_up(settings, app, InjectionRecords, "injections") as view:
+            records = view.records(args.session)
         if not records:
             print("no rule has fired yet")
         for r in records:
@@ -362,8 +368,34 @@ def cmd_rules_injections(args: argparse.Namespace) -> int:
             print(f"{r.at}  {r.session_id}  turn {r.turn:>3}  {r.rule:<20} {how} "
                   f"({r.source} at {r.offset_end})")
     finally:
-        view.close()
         app.close()
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from projections.audit_index import AuditIndex
+
+    settings = _settings(args)
+    app = _open_store(settings)
+    try:
+        with _caught_up(settings, app, AuditIndex, "audit") as view:
+            entries = view.query(session=args.session, user=args.user, tool=args.tool,
+                                 verdict=args.verdict, tier=args.tier, since=args.since,
+                                 until=args.until)
+    finally:
+        app.close()
+    if args.json:
+        for entry in entries:
+            print(msgspec.json.encode(entry).decode())
+        return 0
+    if not entries:
+        print("no tool call matches")
+    for e in entries:
+        print(f"{e.proposed_at[:19]}  {e.session_id}  {e.user}@{e.channel}  {e.tool} "
+              f"{e.input_summary}\n    {e.verdict or '-'} by {e.approver or '-'}: {e.reason} "
+              f"-> {e.outcome}  [hash {e.action_hash[:12]}]")
     return 0
 
 
@@ -440,6 +472,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Every recorded TTSR injection, oldest first.")
     injections.add_argument("--session", metavar="ID", help="only this session")
     injections.set_defaults(func=cmd_rules_injections)
+    audit = add("audit", "query the audit index: every tool call, who asked, what was "
+                "decided by which tier, and what happened", cmd_audit)
+    audit.add_argument("--session", metavar="ID", help="only this session")
+    audit.add_argument("--user", help="only calls made for this user")
+    audit.add_argument("--tool", help="only this tool")
+    audit.add_argument("--verdict", choices=["allow", "deny"], help="only this verdict")
+    audit.add_argument("--tier", help="only decisions of this tier (protection, policy...)")
+    audit.add_argument("--since", metavar="TIME", help="ISO 8601 time, inclusive")
+    audit.add_argument("--until", metavar="TIME", help="ISO 8601 time, inclusive")
+    audit.add_argument("--json", action="store_true", help="one JSON object per call")
     fake = sub.add_parser(
         "fake-llm", help="serve scripted model responses (Anthropic streaming format)",
         add_help=False,

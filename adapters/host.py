@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import threading
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from actors.gatekeeper import GatekeeperActor
@@ -30,7 +30,7 @@ from adapters.config import Settings
 from adapters.nats_bus import NatsBus
 from adapters.nats_server import EmbeddedNats
 from adapters.relay import EventRelay
-from adapters.store import open_application, store_env
+from adapters.store import open_application, open_view
 from adapters.tools import BuiltinTools
 from events.application import TetherApplication
 from events.messages import (
@@ -43,11 +43,15 @@ from events.messages import (
     UserMessage,
 )
 from events.subjects import Subjects
+from projections.audit_index import AuditIndex
 from projections.follower import Follower
 from projections.injection_records import InjectionRecords
 from projections.session_view import SessionView
+from projections.view import TrackedView
 
 log = logging.getLogger(__name__)
+
+V = TypeVar("V", bound=TrackedView)
 
 _SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|DATABASE_URL)", re.I)
 
@@ -139,21 +143,9 @@ class Host:
         self._stack.append(self._close_provider)
         self.app = open_application(settings)
         self._stack.append(self.app.close)
-        self.view = SessionView(self.app, {**store_env(settings, "views"), "CREATE_TABLE": "true"})
-        self._stack.append(self.view.close)
-        self.view_follower = Follower(
-            self.app, name="session-view", position=self.view.position, consume=self.view.consume
-        ).start()
-        self._stack.append(self.view_follower.stop)
-        self.injections = InjectionRecords(
-            self.app, {**store_env(settings, "injections"), "CREATE_TABLE": "true"}
-        )
-        self._stack.append(self.injections.close)
-        self.injections_follower = Follower(
-            self.app, name="injections", position=self.injections.position,
-            consume=self.injections.consume,
-        ).start()
-        self._stack.append(self.injections_follower.stop)
+        self.view, self.view_follower = self._follow(SessionView, "views")
+        self.injections, self.injections_follower = self._follow(InjectionRecords, "injections")
+        self.audit, self.audit_follower = self._follow(AuditIndex, "audit")
         self.relay = EventRelay(self.app, self.bus, self.subjects).start()
         self._stack.append(self.relay.stop)
         self.system = ActorSystem(self.bus, self.subjects, failure_log=self._record_failure)
@@ -161,6 +153,16 @@ class Host:
         warm.join()
         if self.start_actors:
             self._start_actors()
+
+    def _follow(self, kind: type[V], purpose: str) -> tuple[V, Follower]:
+        """Open a read model and keep it following the log until stop."""
+        view = open_view(kind, self.app, self.settings, purpose)
+        self._stack.append(view.close)
+        follower = Follower(
+            self.app, name=kind.NAME, position=view.position, consume=view.consume
+        ).start()
+        self._stack.append(follower.stop)
+        return view, follower
 
     def _start_actors(self) -> None:
         settings, subjects, system = self.settings, self.subjects, self.system

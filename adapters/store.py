@@ -10,9 +10,11 @@ holds everything; a ``?schema=`` parameter puts it all in one schema.
 from __future__ import annotations
 
 import os
+from typing import TypeVar
 
 from adapters.config import Settings, postgres_env, sqlite_path
 from events.application import TetherApplication
+from projections.view import TrackedView
 
 
 def is_postgres(settings: Settings) -> bool:
@@ -44,6 +46,15 @@ def _beside(events_path: str, purpose: str) -> str:
     folder = os.path.dirname(events_path) or "."
     stem = os.path.splitext(os.path.basename(events_path))[0]
     return os.path.join(folder, f"{stem}-{purpose}.db")
+
+
+V = TypeVar("V", bound=TrackedView)
+
+
+def open_view(kind: type[V], app: TetherApplication, settings: Settings, purpose: str) -> V:
+    """A read model of ``kind`` over ``app``, in its own SQLite file (``events-<purpose>``)
+    or its own PostgreSQL tables."""
+    return kind(app, {**store_env(settings, purpose), "CREATE_TABLE": "true"})
 
 
 def open_application(settings: Settings) -> TetherApplication:

@@ -1,0 +1,184 @@
+"""The audit index: every tool call with who asked, what it would do, and what was decided.
+
+One row per session and call id, built exactly once from the session events: proposed
+(tool, input summary, action hash, the user whose message started the turn), decided
+(verdict, tier, reason, by whom), and the outcome (executed, failed or refused), with the
+time of each. ``tether audit`` queries it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from typing import Any
+
+import msgspec
+
+from events.session import Session
+from projections.tables import Change, Row, Table, Update
+from projections.view import TrackedView
+
+CALLS = Table(
+    "calls",
+    (
+        ("session_id", "text"), ("call_id", "text"), ("user_name", "text"),
+        ("channel", "text"), ("tool", "text"), ("input_summary", "text"),
+        ("action_hash", "text"), ("verdict", "text"), ("tier", "text"), ("reason", "text"),
+        ("approver", "text"), ("outcome", "text"), ("proposed_at", "text"),
+        ("decided_at", "text"), ("finished_at", "text"), ("position", "int"),
+    ),
+    key=("session_id", "call_id"),
+)
+
+ASKERS = Table(
+    "askers",
+    (("session_id", "text"), ("user_name", "text"), ("channel", "text")),
+    key=("session_id",),
+)
+"""Who spoke last in each session: the user a tool call is done for."""
+
+SUMMARY_LENGTH = 160
+
+
+class AuditEntry(msgspec.Struct, frozen=True):
+    """One tool call as the audit index holds it."""
+
+    session_id: str
+    call_id: str
+    user: str
+    channel: str
+    tool: str
+    input_summary: str
+    action_hash: str
+    verdict: str
+    tier: str
+    reason: str
+    approver: str
+    outcome: str
+    proposed_at: str
+    decided_at: str
+    finished_at: str
+
+
+def summarize(tool_input: dict[str, Any]) -> str:
+    """A one-line, bounded summary of a tool's input."""
+    text = json.dumps(tool_input, sort_keys=True, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= SUMMARY_LENGTH else text[: SUMMARY_LENGTH - 1] + "…"
+
+
+def _stamp(event: Any) -> str:
+    value = getattr(event, "timestamp", None)
+    return value.astimezone(dt.UTC).isoformat() if isinstance(value, dt.datetime) else ""
+
+
+def _set(**values: Any) -> Update:
+    def update(current: Row | None) -> Row | None:
+        if current is None:
+            return None  # a decision or outcome for a call never proposed: nothing to do
+        return {**current, **values}
+
+    return update
+
+
+class AuditIndex(TrackedView):
+    """The audit-index projection."""
+
+    NAME = "AuditIndex"
+    TABLES = (CALLS, ASKERS)
+
+    def __init__(self, app: Any, env: dict[str, str]) -> None:
+        super().__init__(app, env)
+        self._sessions: dict[uuid.UUID, str] = {}
+
+    def _session_id(self, event: Any) -> str:
+        sid = self._sessions.get(event.originator_id)
+        if sid is None:
+            first = next(iter(self.app.events.get(event.originator_id, lte=1)), None)
+            sid = str(getattr(first, "session_id", ""))
+            self._sessions[event.originator_id] = sid
+        return sid
+
+    def changes(self, event: Any, position: int) -> list[Change]:
+        if not isinstance(event, Session.Event):
+            return []
+        name = type(event).__name__
+        e: Any = event
+        if name == "Created":
+            self._sessions[e.originator_id] = e.session_id
+            return []
+        sid = self._session_id(e)
+        at = _stamp(e)
+        if name == "UserMessageReceived":
+            asker = {"session_id": sid, "user_name": e.user, "channel": e.channel}
+            return [Change(ASKERS.name, (sid,), lambda _row: asker)]
+        if name == "ToolCallProposed":
+            asked = self.recorder_row(ASKERS.name, (sid,))
+
+            def propose(current: Row | None) -> Row:
+                who = asked or {}
+                return {
+                    "session_id": sid, "call_id": e.call_id,
+                    "user_name": who.get("user_name", ""), "channel": who.get("channel", ""),
+                    "tool": e.tool, "input_summary": summarize(e.tool_input),
+                    "action_hash": e.action_hash, "verdict": "", "tier": "", "reason": "",
+                    "approver": "", "outcome": "pending", "proposed_at": at,
+                    "decided_at": "", "finished_at": "", "position": position,
+                }
+
+            return [Change(CALLS.name, (sid, e.call_id), propose)]
+        if name == "ToolCallDecided":
+            approver = "user" if e.tier == "human" else f"tier {e.tier}"
+            return [Change(CALLS.name, (sid, e.call_id), _set(
+                verdict=e.decision, tier=e.tier, reason=e.reason, approver=approver,
+                decided_at=at))]
+        if name == "ToolCallExecuted":
+            outcome = "failed" if e.is_error else "executed"
+            return [Change(CALLS.name, (sid, e.call_id), _set(outcome=outcome, finished_at=at))]
+        if name == "ToolCallRefused":
+            return [Change(CALLS.name, (sid, e.call_id), _set(outcome="refused",
+                                                              finished_at=at))]
+        return []
+
+    def recorder_row(self, table: str, key: tuple[Any, ...]) -> Row | None:
+        """A row as stored now (read outside the applying transaction: the asker row of a
+        session is always written by an earlier event, so it is already committed)."""
+        names = {t.name: t for t in self.TABLES}
+        where = dict(zip(names[table].key, key, strict=True))
+        rows = self.rows(table, where)
+        return rows[0] if rows else None
+
+    def query(
+        self,
+        *,
+        session: str | None = None,
+        user: str | None = None,
+        tool: str | None = None,
+        verdict: str | None = None,
+        tier: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+    ) -> list[AuditEntry]:
+        """Calls matching every given filter (times are ISO 8601, compared as text)."""
+        where: Row = {}
+        for column, value in (("session_id", session), ("user_name", user), ("tool", tool),
+                              ("verdict", verdict), ("tier", tier)):
+            if value:
+                where[column] = value
+        rows = self.rows(CALLS.name, where, order="position")
+        out = []
+        for r in rows:
+            if since and r["proposed_at"] < since:
+                continue
+            if until and r["proposed_at"] > until:
+                continue
+            out.append(AuditEntry(
+                session_id=r["session_id"], call_id=r["call_id"], user=r["user_name"],
+                channel=r["channel"], tool=r["tool"], input_summary=r["input_summary"],
+                action_hash=r["action_hash"], verdict=r["verdict"], tier=r["tier"],
+                reason=r["reason"], approver=r["approver"], outcome=r["outcome"],
+                proposed_at=r["proposed_at"], decided_at=r["decided_at"],
+                finished_at=r["finished_at"],
+            ))
+        return out
