@@ -13,11 +13,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from actors.middleware import Gate, MiddlewareSettings, Refusal
 from actors.naming import name_from_prompt
-from actors.ports import Ids
+from actors.ports import Clock, Ids, SystemClock
 from actors.runtime import ActorHandle, ActorSystem, AskResult, Envelope, TetherActor
 from actors.session import NewSession
 from events.application import TetherApplication
+from events.inbox import RefusedMessage
 from events.messages import (
     ChannelMessage,
     ErrorReply,
@@ -47,8 +49,12 @@ class SessionManagerActor(TetherActor):
         list_sessions: Callable[[], list[SessionSummary]],
         ids: Ids,
         default_workspace: str,
+        gate: Gate | None = None,
+        clock: Clock | None = None,
     ) -> None:
         super().__init__(system)
+        self.gate = gate or Gate(MiddlewareSettings())
+        self.clock = clock or SystemClock()
         self.app = app
         self.spawn = spawn
         self.list_sessions = list_sessions
@@ -79,6 +85,11 @@ class SessionManagerActor(TetherActor):
             self._on_killed(message)
 
     def _on_user_message(self, message: UserMessage, envelope: Envelope | None) -> None:
+        size = envelope.size if envelope is not None else 0
+        refusal = self.gate.check(message, size, self.clock.now().timestamp())
+        if refusal is not None:
+            self._refuse(message, refusal, size, envelope)
+            return
         sid = message.session_id
         if sid and sid not in self.live:
             if self.app.session(sid) is None:
@@ -118,6 +129,20 @@ class SessionManagerActor(TetherActor):
         )
         # The session answers the original requester (Accepted) once the message is stored.
         self.send(self.subjects.session(sid), forwarded, reply=envelope.reply if envelope else "")
+
+    def _refuse(
+        self, message: UserMessage, refusal: Refusal, size: int, envelope: Envelope | None
+    ) -> None:
+        """Not stored as a user message, but recorded for the audit trail and answered."""
+        self.app.save(RefusedMessage(
+            channel=message.channel, user=message.user, kind=refusal.kind,
+            reason=refusal.reason, size=size, excerpt=message.text,
+        ))
+        self.reply(envelope, ErrorReply(error=refusal.kind, reason=refusal.reason))
+        self.send(
+            self.subjects.channel_out(message.channel),
+            ChannelMessage(session_id=message.session_id, kind="error", text=refusal.reason),
+        )
 
     def _workspace(self, requested: str) -> str | None:
         """The workspace for a new session: the engine's, or a folder inside it."""

@@ -52,11 +52,12 @@ class RemoteError(Exception):
 
 
 class Envelope(msgspec.Struct):
-    """A decoded bus message as delivered to an actor."""
+    """A decoded bus message as delivered to an actor (``size``: bytes on the wire)."""
 
     message: Any
     reply: str
     subject: str
+    size: int = 0
 
 
 class AskResult(msgspec.Struct):
@@ -271,7 +272,7 @@ class ActorSystem:
                 self.dead_letter(msg, exc.reason)
                 return
             try:
-                ref.tell(Envelope(message, msg.reply, msg.subject))
+                ref.tell(Envelope(message, msg.reply, msg.subject, len(msg.data)))
             except pykka.ActorDeadError:
                 self.dead_letter(msg, "the actor for this subject has stopped")
 

@@ -381,11 +381,21 @@ def cmd_audit(args: argparse.Namespace) -> int:
     app = _open_store(settings)
     try:
         with _caught_up(settings, app, AuditIndex, "audit") as view:
-            entries = view.query(session=args.session, user=args.user, tool=args.tool,
-                                 verdict=args.verdict, tier=args.tier, since=args.since,
-                                 until=args.until)
+            if args.refused:
+                refused = view.refusals(args.user)
+            else:
+                entries = view.query(session=args.session, user=args.user, tool=args.tool,
+                                     verdict=args.verdict, tier=args.tier, since=args.since,
+                                     until=args.until)
     finally:
         app.close()
+    if args.refused:
+        for r in refused:
+            print(msgspec.json.encode(r).decode() if args.json else
+                  f"{r.at[:19]}  {r.user}@{r.channel}  {r.kind}: {r.reason}  ({r.size} bytes)")
+        if not refused and not args.json:
+            print("no message was refused")
+        return 0
     if args.json:
         for entry in entries:
             print(msgspec.json.encode(entry).decode())
@@ -482,6 +492,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--since", metavar="TIME", help="ISO 8601 time, inclusive")
     audit.add_argument("--until", metavar="TIME", help="ISO 8601 time, inclusive")
     audit.add_argument("--json", action="store_true", help="one JSON object per call")
+    audit.add_argument("--refused", action="store_true",
+                       help="list the messages the inbox middleware refused instead")
     fake = sub.add_parser(
         "fake-llm", help="serve scripted model responses (Anthropic streaming format)",
         add_help=False,

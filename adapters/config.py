@@ -34,6 +34,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import msgspec
 
+from actors.middleware import MiddlewareSettings
 from actors.ttsr_policy import TtsrSettings
 
 __all__ = [
@@ -105,6 +106,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     shell_timeout: PositiveFloat = 30.0
     nats_server: str = ""
     ttsr: TtsrSettings = msgspec.field(default_factory=TtsrSettings)
+    middleware: MiddlewareSettings = msgspec.field(default_factory=MiddlewareSettings)
+    """The ``[middleware]`` table: allow (channel -> user ids), rate_per_minute, burst,
+    max_message_bytes."""
     """The ``[ttsr]`` table: enabled, context_mode, repeat_mode, repeat_gap, window."""
 
 

@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 from actors.gatekeeper import GatekeeperActor
 from actors.gatekeeper_policy import Policy
 from actors.manager import SessionManagerActor
-from actors.ports import Ids, Provider, RandomIds, ToolExecutor
+from actors.middleware import Gate
+from actors.ports import Clock, Ids, Provider, RandomIds, SystemClock, ToolExecutor
 from actors.redact import Redactor
 from actors.router import NotificationRouterActor
 from actors.runtime import ActorHandle, ActorSystem, Binding
@@ -94,12 +95,14 @@ class Host:
         provider: Provider,
         tools: ToolExecutor | None = None,
         ids: Ids | None = None,
+        clock: Clock | None = None,
         start_actors: bool = True,
     ) -> None:
         self.settings = settings
         self.provider = provider
         self.tools = tools or BuiltinTools(timeout=settings.shell_timeout, env=tool_environment())
         self.ids = ids or RandomIds()
+        self.clock = clock or SystemClock()
         self.start_actors = start_actors
         self.subjects = Subjects(settings.namespace)
         self.nats: EmbeddedNats | None = None
@@ -193,6 +196,8 @@ class Host:
             list_sessions=self.list_sessions,
             ids=self.ids,
             default_workspace=settings.workspace,
+            gate=Gate(settings.middleware),
+            clock=self.clock,
         )
 
     def session_config(self) -> SessionConfig:

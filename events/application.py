@@ -19,6 +19,7 @@ from eventsourcing.persistence import Recording
 from eventsourcing.utils import get_topic
 
 from events.decisions import ToolDecision
+from events.inbox import RefusedMessage
 from events.mapper import MsgspecMapper
 from events.session import Session, session_uuid
 from events.supervision import ActorLog, actorlog_uuid
@@ -31,6 +32,7 @@ AGGREGATE_NAMES: dict[type, str] = {
     ToolDecision: "decision",
     RuleLog: "rulelog",
     ActorLog: "actorlog",
+    RefusedMessage: "refusal",
 }
 """Short aggregate names used in relayed subjects (``<ns>.evt.<name>.<id>.<event>``)."""
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from events.inbox import RefusedMessage
 from events.session import Session
 from projections.tables import Change, Row, Table, Update
 from projections.view import TrackedView
@@ -38,7 +39,29 @@ ASKERS = Table(
 )
 """Who spoke last in each session: the user a tool call is done for."""
 
+REFUSALS = Table(
+    "refusals",
+    (
+        ("position", "int"), ("channel", "text"), ("user_name", "text"), ("kind", "text"),
+        ("reason", "text"), ("size", "int"), ("excerpt", "text"), ("at", "text"),
+    ),
+    key=("position",),
+)
+"""Messages the inbox middleware turned away (never stored as user messages)."""
+
 SUMMARY_LENGTH = 160
+
+
+class Refused(msgspec.Struct, frozen=True):
+    """A refused message as the audit index holds it."""
+
+    at: str
+    channel: str
+    user: str
+    kind: str
+    reason: str
+    size: int
+    excerpt: str
 
 
 class AuditEntry(msgspec.Struct, frozen=True):
@@ -86,7 +109,7 @@ class AuditIndex(TrackedView):
     """The audit-index projection."""
 
     NAME = "AuditIndex"
-    TABLES = (CALLS, ASKERS)
+    TABLES = (CALLS, ASKERS, REFUSALS)
 
     def __init__(self, app: Any, env: dict[str, str]) -> None:
         super().__init__(app, env)
@@ -101,6 +124,12 @@ class AuditIndex(TrackedView):
         return sid
 
     def changes(self, event: Any, position: int) -> list[Change]:
+        if isinstance(event, RefusedMessage.Event):
+            e_: Any = event
+            row = {"position": position, "channel": e_.channel, "user_name": e_.user,
+                   "kind": e_.kind, "reason": e_.reason, "size": e_.size,
+                   "excerpt": e_.excerpt, "at": _stamp(e_)}
+            return [Change(REFUSALS.name, (position,), lambda _current: row)]
         if not isinstance(event, Session.Event):
             return []
         name = type(event).__name__
@@ -148,6 +177,13 @@ class AuditIndex(TrackedView):
         where = dict(zip(names[table].key, key, strict=True))
         rows = self.rows(table, where)
         return rows[0] if rows else None
+
+    def refusals(self, user: str | None = None) -> list[Refused]:
+        """Refused messages, oldest first (of one user, or all)."""
+        rows = self.rows(REFUSALS.name, {"user_name": user} if user else None, "position")
+        return [Refused(at=r["at"], channel=r["channel"], user=r["user_name"], kind=r["kind"],
+                        reason=r["reason"], size=r["size"], excerpt=r["excerpt"])
+                for r in rows]
 
     def query(
         self,
