@@ -50,7 +50,7 @@ from events.messages import (
     Interrupt,
     Killed,
     KillSession,
-    Remind,
+    Reminder,
     StreamDelta,
     TextBlock,
     ToolProposal,
@@ -161,7 +161,7 @@ class SessionActor(TetherActor):
         self.rounds = 0
         self.turn_usage = Usage()
         self.unchecked_retries = 0
-        self.reminders: list[Remind] = []
+        self.reminders: list[Reminder] = []
         self.stream_subject = self.subjects.stream(session_id)
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -211,11 +211,9 @@ class SessionActor(TetherActor):
                 self._record_failure(message.error)
         elif isinstance(message, Interrupt):
             if message.generation == self.generation and self.phase in ("streaming", "barrier"):
+                self._keep_reminders(message.later)
                 self._interrupt(message.rules, message.reminder, message.source,
                                 message.context_mode)
-        elif isinstance(message, Remind):
-            if self.phase != "idle" and all(r.rules != message.rules for r in self.reminders):
-                self.reminders.append(message)
         elif isinstance(message, AskResult):
             self._on_ask_result(message)
         elif isinstance(message, ToolFinished):
@@ -341,8 +339,10 @@ class SessionActor(TetherActor):
             elif answer.unchecked:
                 self._retry_unchecked()
             elif not answer.clear:
+                self._keep_reminders(answer.later)
                 self._interrupt(answer.rules, answer.reminder, "text", answer.context_mode)
             else:
+                self._keep_reminders(answer.later)
                 self._commit_message()
         elif kind == "verdict":
             self._on_verdict(key, result)
@@ -508,10 +508,16 @@ class SessionActor(TetherActor):
 
     # --- endings ------------------------------------------------------------------------
 
+    def _keep_reminders(self, later: list[Reminder]) -> None:
+        """Hold reminders of non-aborting rules until the turn ends (each once)."""
+        for reminder in later:
+            if reminder not in self.reminders:
+                self.reminders.append(reminder)
+
     def _add_reminders(self) -> None:
         """Reminders of rules that did not abort the stream join the history now."""
-        for remind in self.reminders:
-            self.session.add_ttsr_reminder(rules=remind.rules, reminder=remind.reminder)
+        for reminder in self.reminders:
+            self.session.add_ttsr_reminder(rules=reminder.rules, reminder=reminder.text)
         self.reminders = []
 
     def _complete_turn(self, stop: str) -> None:

@@ -22,12 +22,14 @@ import os
 import re
 from typing import Any
 
+import msgspec
+
 from actors.runtime import ActorSystem, Envelope, TetherActor
 from actors.ttsr_match import Match, StreamMatcher
 from actors.ttsr_policy import Injection, InjectionPolicy, TtsrSettings
 from actors.ttsr_rules import Rule, RuleSet, load_rules, render_reminder
 from events.application import TetherApplication
-from events.messages import BarrierCheck, BarrierResult, Interrupt, Remind, StreamDelta
+from events.messages import BarrierCheck, BarrierResult, Interrupt, Reminder, StreamDelta
 from events.ttsr import RuleLog
 
 log = logging.getLogger(__name__)
@@ -115,6 +117,7 @@ class TtsrMonitorActor(TetherActor):
         self.watching = False
         """Whether this call's deltas are matched (rules loaded, TTSR on, no violation)."""
         self.violation: BarrierResult | None = None
+        self.later: list[Reminder] = []
         self.tools: dict[int, _ToolCall] = {}
         self.parked: list[tuple[Envelope, BarrierCheck]] = []
 
@@ -166,8 +169,11 @@ class TtsrMonitorActor(TetherActor):
         if delta.generation != self.generation:
             if delta.generation < self.generation:
                 return  # a late delta of an aborted call
-            # We never saw this call's start (this actor restarted mid-stream).
-            self._start(delta)
+            # We never saw this call's start (this actor restarted mid-stream): the turn
+            # number only travels on turn_start, so take it from the session itself.
+            session = self.app.session(self.session_id)
+            turn = session.completed_turns if session is not None else 0
+            self._start(msgspec.structs.replace(delta, turn=turn))
             self.unchecked = True
         if delta.seq != self.next_seq:
             self.unchecked = True  # a delta went missing: this call cannot be vouched for
@@ -201,6 +207,7 @@ class TtsrMonitorActor(TetherActor):
         self.complete = False
         self.unchecked = False
         self.violation = None
+        self.later = []
         self.tools.clear()
         self.watching = self.settings.enabled and bool(self.rules)
 
@@ -262,10 +269,8 @@ class TtsrMonitorActor(TetherActor):
         session_subject = self.subjects.session(self.session_id)
         if deferred:
             rules = [m.rule for m in deferred]
-            self.send(session_subject, Remind(
-                session_id=self.session_id, generation=self.generation,
-                rules=[r.name for r in rules], reminder=render_reminder(rules),
-            ))
+            self.later.append(Reminder(rules=[r.name for r in rules],
+                                       text=render_reminder(rules)))
         if aborting:
             rules = [m.rule for m in aborting]
             names = [r.name for r in rules]
@@ -273,13 +278,14 @@ class TtsrMonitorActor(TetherActor):
             mode = self.policy.context_mode(rules)
             self.violation = BarrierResult(
                 generation=self.generation, clear=False, rules=names, reminder=reminder,
-                context_mode=mode,
+                context_mode=mode, later=list(self.later),
             )
             self.watching = False  # the call is being aborted: the rest is moot
             log.info("session %s: rule(s) %s matched; interrupting", self.session_id, names)
             self.send(session_subject, Interrupt(
                 session_id=self.session_id, generation=self.generation, rules=names,
                 reminder=reminder, source=aborting[0].source, context_mode=mode,
+                later=list(self.later),
             ))
 
     def _answer_barriers(self) -> None:
@@ -301,4 +307,4 @@ class TtsrMonitorActor(TetherActor):
             return self.violation
         if self.unchecked:
             return BarrierResult(generation=generation, clear=False, unchecked=True)
-        return BarrierResult(generation=generation, clear=True)
+        return BarrierResult(generation=generation, clear=True, later=list(self.later))

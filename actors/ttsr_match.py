@@ -39,9 +39,10 @@ DEFAULT_WINDOW = 256
 _LAST_BYTES = 16
 """Bytes kept of each hyperscan buffer's end, to place end-of-block matches exactly."""
 
-_UNLIKE_PYTHON = re.compile(r"\\Z|\{,")
-r"""Syntax hyperscan reads differently from Python (``\Z``, ``x{,n}``): such triggers go
-to the ``re`` engine so both engines mean the same thing."""
+_UNLIKE_PYTHON = re.compile(r"\\Z|\{,|\[:")
+r"""Syntax hyperscan reads differently from Python (``\Z``, ``x{,n}``, POSIX classes such
+as ``[[:alpha:]]``): such triggers go to the ``re`` engine so both engines mean the same
+thing."""
 
 _CONTEXT = 32
 r"""Characters kept before each ``re`` scan region so ``^``, ``\b`` and short lookbehinds

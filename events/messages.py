@@ -159,9 +159,18 @@ class Killed(Message):
 # --- session ----------------------------------------------------------------------------
 
 
+class Reminder(msgspec.Struct):
+    """Rules that matched without aborting (``interrupt: never``, or a match outside the
+    rule's interrupt scope): ``text`` joins the history after the turn."""
+
+    rules: list[str]
+    text: str
+
+
 class Interrupt(Message):
     """Sent by the TTSR monitor on ``<ns>.session.<id>``: abort the current generation,
-    then retry with ``reminder``; ``context_mode`` says whether the partial reply stays."""
+    then retry with ``reminder``; ``context_mode`` says whether the partial reply stays.
+    ``later`` carries reminders of non-aborting rules that matched in this generation."""
 
     session_id: Token
     generation: int
@@ -169,16 +178,7 @@ class Interrupt(Message):
     reminder: str
     source: str = "text"
     context_mode: Literal["discard", "keep"] = "discard"
-
-
-class Remind(Message):
-    """Sent by the TTSR monitor for rules that do not abort (``interrupt: never``, or a
-    match outside the rule's interrupt scope): add ``reminder`` after the turn."""
-
-    session_id: Token
-    generation: int
-    rules: list[str]
-    reminder: str
+    later: list[Reminder] = []
 
 
 class StreamDelta(Message):
@@ -223,6 +223,9 @@ class BarrierResult(Message):
     reminder: str = ""
     unchecked: bool = False
     context_mode: Literal["discard", "keep"] = "discard"
+    later: list[Reminder] = []
+    """Reminders of non-aborting rules that matched in this generation (added after the
+    turn). They travel with the answer, so none can arrive after the turn ended."""
 
 
 # --- gatekeeper -------------------------------------------------------------------------
@@ -281,6 +284,6 @@ class RelayedEvent(msgspec.Struct, kw_only=True):
 
 InboxMessage = UserMessage
 ManagerMessage = ListSessions | KillSession | UserMessage
-SessionMessage = UserMessage | Interrupt | Remind | KillSession
+SessionMessage = UserMessage | Interrupt | KillSession
 MonitorMessage = BarrierCheck
 GatekeeperMessage = ToolProposal

@@ -106,7 +106,18 @@ class Session(Aggregate):
         else:
             self.history.append(Turn("user", [block]))
 
-    @event("TtsrInterrupted")
+    class TtsrInterrupted(Aggregate.Event):
+        """Declared explicitly so the field added later has a default: events stored
+        before ``context_mode`` existed still load (as "discard", what they did)."""
+
+        rules: list[str]
+        reminder: str
+        generation: int
+        partial_text: str
+        source: str
+        context_mode: str = "discard"
+
+    @event(TtsrInterrupted)
     def record_ttsr_interruption(
         self,
         rules: list[str],
@@ -114,7 +125,7 @@ class Session(Aggregate):
         generation: int,
         partial_text: str,
         source: str,
-        context_mode: str,
+        context_mode: str = "discard",
     ) -> None:
         # "discard": the partial reply never enters the history; "keep": it stays, as an
         # assistant message, before the reminder.

@@ -33,15 +33,26 @@ class RuleLog(Aggregate):
         self.fired: list[str] = []
         self.injections: list[tuple[str, int]] = []
 
-    @event("TtsrTriggered")
+    class TtsrTriggered(Aggregate.Event):
+        """Declared explicitly so fields added later have defaults: triggers stored before
+        ``turn`` and ``deferred`` existed still load (turn 0, not deferred)."""
+
+        rules: list[str]
+        source: str
+        offset: int
+        generation: int
+        turn: int = 0
+        deferred: bool = False
+
+    @event(TtsrTriggered)
     def trigger(
         self,
         rules: list[str],
         source: str,
         offset: int,
         generation: int,
-        turn: int,
-        deferred: bool,
+        turn: int = 0,
+        deferred: bool = False,
     ) -> None:
         """``rules`` matched in ``source`` (ending at ``offset``) during ``turn``
         (completed turns before it); ``deferred``: reminded after the turn, no abort."""
