@@ -1,57 +1,114 @@
 """The gatekeeper actor: judges every proposed tool call and records the decision.
 
 Bound to ``<ns>.gatekeeper`` in the queue group ``gatekeeper`` so several can share the
-load. Each decision is stored as a :class:`events.decisions.ToolDecision` aggregate (one
-per call, so gatekeepers never contend) before the Verdict is sent.
+load. :func:`judge` is the pure decision: the action hash is checked, the configured deny
+lists apply, then the security pipeline (enrichment, protection, tier-0 policy, tier-1
+heuristics: :mod:`actors.security`). Each decision is stored as a
+:class:`events.decisions.ToolDecision` aggregate with every stage's result before the
+Verdict is sent. Tiers 2 and 3 (an LLM evaluator, a person) are not built yet: a call that
+needs them is denied, and the reason says which approval it would need.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
+import msgspec
+
 from actors.gatekeeper_policy import Policy, action_hash
+from actors.ports import Clock, SystemClock
 from actors.runtime import ActorSystem, Envelope, TetherActor
+from actors.security import ActionRequest, PipelineConfig, evaluate
 from events.application import TetherApplication
-from events.decisions import ToolDecision, decision_uuid
+from events.decisions import StageRecord, ToolDecision, decision_uuid
 from events.messages import ToolProposal, Verdict
+
+APPROVERS = {2: "the LLM evaluator (tier 2)", 3: "a person (tier 3)"}
+
+
+class Judgement(msgspec.Struct, frozen=True):
+    """A decision about one call: allow or deny, why, which stage decided, every stage."""
+
+    decision: str
+    reason: str
+    tier: str
+    stages: list[StageRecord]
+
+
+def judge(
+    proposal: ToolProposal, deny_lists: Policy, pipeline: PipelineConfig, now: dt.datetime
+) -> Judgement:
+    """Decide one proposal. Pure apart from reading the file system to resolve paths."""
+    digest = action_hash(proposal.tool, proposal.input)
+    if digest != proposal.action_hash:
+        reason = "the proposal's action hash does not match its input"
+        return Judgement("deny", reason, "hash", [StageRecord("hash", "deny", reason)])
+    configured = deny_lists.decide(proposal.tool, proposal.input, proposal.workspace)
+    stages = [StageRecord("configured", configured.decision, configured.reason)]
+    if configured.decision != "allow":
+        return Judgement("deny", configured.reason, configured.tier, stages)
+    evaluation = evaluate(
+        ActionRequest(id=proposal.call_id, type=proposal.tool, payload=proposal.input,
+                      time=now),
+        proposal.workspace,
+        pipeline,
+    )
+    stages.extend(
+        StageRecord(s.stage, s.verdict, s.reason, s.min_tier, s.rule or "")
+        for s in evaluation.stages
+    )
+    if evaluation.verdict == "escalate":
+        needed = evaluation.required_tier or 3
+        who = APPROVERS.get(needed, f"tier {needed}")
+        reason = f"{evaluation.reason}; it needs approval by {who}, which is not available yet"
+        return Judgement("deny", reason, "escalation", stages)
+    return Judgement(evaluation.verdict, evaluation.reason, evaluation.deciding_stage, stages)
 
 
 class GatekeeperActor(TetherActor):
-    """Applies the policy to ToolProposals."""
+    """Applies :func:`judge` to ToolProposals and records each decision."""
 
-    def __init__(self, system: ActorSystem, *, app: TetherApplication, policy: Policy) -> None:
+    def __init__(
+        self,
+        system: ActorSystem,
+        *,
+        app: TetherApplication,
+        policy: Policy,
+        pipeline: PipelineConfig | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         super().__init__(system)
         self.app = app
         self.policy = policy
+        self.pipeline = pipeline or PipelineConfig()
+        self.clock = clock or SystemClock()
 
     def handle(self, message: Any, envelope: Envelope | None) -> None:
         if not isinstance(message, ToolProposal):
             return
         digest = action_hash(message.tool, message.input)
-        if digest != message.action_hash:
-            decision, reason, tier = "deny", "the proposal's action hash does not match", "hash"
-        else:
-            judged = self.policy.decide(message.tool, message.input, message.workspace)
-            decision, reason, tier = judged.decision, judged.reason, judged.tier
         existing = self.app.load(
             decision_uuid(message.session_id, message.call_id, digest), ToolDecision
         )
-        if existing is None:
+        if existing is not None:
             # A re-sent proposal keeps its first decision (the audit record is immutable).
-            self.app.save(
-                ToolDecision(
-                    call_id=message.call_id,
-                    session_id=message.session_id,
-                    tool=message.tool,
-                    tool_input=message.input,
-                    action_hash=digest,
-                    decision=decision,
-                    reason=reason,
-                    tier=tier,
-                )
-            )
-        else:
             decision, reason, tier = existing.decision, existing.reason, existing.tier
+        else:
+            judged = judge(message, self.policy, self.pipeline, self.clock.now())
+            decision, reason, tier = judged.decision, judged.reason, judged.tier
+            record = ToolDecision(
+                call_id=message.call_id,
+                session_id=message.session_id,
+                tool=message.tool,
+                tool_input=message.input,
+                action_hash=digest,
+                decision=decision,
+                reason=reason,
+                tier=tier,
+            )
+            record.record_stages(stages=judged.stages)
+            self.app.save(record)
         self.reply(
             envelope,
             Verdict(

@@ -39,7 +39,7 @@ from actors.ports import (
     ToolUseStart,
 )
 from actors.pricing import cost_usd
-from actors.redact import Redactor
+from actors.redact import Redactor, StreamRedactor
 from actors.runtime import ActorSystem, AskResult, Envelope, TetherActor
 from events.application import TetherApplication
 from events.messages import (
@@ -145,6 +145,7 @@ class SessionActor(TetherActor):
         super().__init__(system)
         self.session_id = session_id
         self.redactor = redactor or Redactor()
+        self.streams: dict[tuple[str, int], StreamRedactor] = {}
         self.app = app
         self.provider = provider
         self.tools = tools
@@ -262,6 +263,7 @@ class SessionActor(TetherActor):
         self._call_model()
 
     def _call_model(self) -> None:
+        self.streams = {}
         self.generation = self.session.version
         self.seq = 0
         self.partial = ""
@@ -302,11 +304,10 @@ class SessionActor(TetherActor):
             return  # a delta of an aborted call
         event = message.event
         if isinstance(event, TextDelta):
-            text = self.redactor.text(event.text)
-            self.partial += text
-            self._publish("text", text, event.index)
+            self.partial += event.text
+            self._publish_redacted("text", event.index, event.text)
         elif isinstance(event, ThinkingDelta):
-            self._publish("thinking", self.redactor.text(event.text), event.index)
+            self._publish_redacted("thinking", event.index, event.text)
         elif isinstance(event, ToolUseStart):
             self._publish("tool_start", event.name, event.index)
         elif isinstance(event, ToolInputDelta):
@@ -314,6 +315,11 @@ class SessionActor(TetherActor):
         elif isinstance(event, MessageDone):
             self.done = event
             self.task = None
+            for (kind, index), stream in self.streams.items():
+                rest = stream.flush()  # what was held back while a secret could form
+                if rest:
+                    self._publish(kind, rest, index)
+            self.streams = {}
             self._publish("end")
             self.phase = "barrier"
             self.ask_async(
@@ -323,6 +329,16 @@ class SessionActor(TetherActor):
                 tag=f"barrier:{self.generation}",
                 timeout=self.config.ask_timeout,
             )
+
+    def _publish_redacted(self, kind: str, index: int, text: str) -> None:
+        """Publish ``text`` through the block's streaming redactor: only what cannot be the
+        start of a secret goes out now; the rest waits for the next delta or the end."""
+        stream = self.streams.get((kind, index))
+        if stream is None:
+            stream = self.streams[(kind, index)] = self.redactor.stream()
+        safe = stream.feed(text)
+        if safe:
+            self._publish(kind, safe, index)
 
     def _on_ask_result(self, result: AskResult) -> None:
         kind, _, key = result.tag.partition(":")

@@ -28,11 +28,13 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
 
     from actors.ports import BusError
     from actors.runtime import AskTimeout, RemoteError
+    from actors.security import PolicyError
     from adapters.nats_server import NatsServerError
     from events.codec import DecodeFailure
 
     return (
         BusError, AskTimeout, RemoteError, NatsServerError, DecodeFailure, PersistenceError,
+        PolicyError,
         TimeoutError, OSError,
     )
 

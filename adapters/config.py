@@ -105,6 +105,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     deny_commands: list[str] | None = None
     shell_timeout: PositiveFloat = 30.0
     nats_server: str = ""
+    policy_file: str = ""
+    """The gatekeeper's tier-0 policy (YAML); empty: the built-in default policy."""
     ttsr: TtsrSettings = msgspec.field(default_factory=TtsrSettings)
     middleware: MiddlewareSettings = msgspec.field(default_factory=MiddlewareSettings)
     """The ``[middleware]`` table: allow (channel -> user ids), rate_per_minute, burst,
@@ -128,6 +130,7 @@ ENV_VARS: Final[dict[str, str]] = {
     "TETHER_SHELL_TIMEOUT": "shell_timeout",
     "TETHER_DENY_TOOLS": "deny_tools",
     "TETHER_NATS_SERVER": "nats_server",
+    "TETHER_POLICY_FILE": "policy_file",
     "TETHER_TTSR_ENABLED": "ttsr.enabled",
     "ANTHROPIC_API_KEY": "anthropic_api_key",
     "ANTHROPIC_BASE_URL": "anthropic_base_url",
@@ -136,7 +139,7 @@ ENV_VARS: Final[dict[str, str]] = {
 _FIELDS: Final[dict[str, msgspec.structs.FieldInfo]] = {
     f.name: f for f in msgspec.structs.fields(Settings)
 }
-_PATH_FIELDS: Final = ("state_dir", "workspace", "rules_dir", "nats_server")
+_PATH_FIELDS: Final = ("state_dir", "workspace", "rules_dir", "nats_server", "policy_file")
 _SECRET_FIELDS: Final = frozenset({"anthropic_api_key"})
 _URL_FIELDS: Final = frozenset({"database_url", "nats_url", "anthropic_base_url"})
 _NATS_SCHEMES: Final = frozenset({"nats", "tls", "ws", "wss"})

@@ -24,6 +24,7 @@ from actors.ports import Clock, Ids, Provider, RandomIds, SystemClock, ToolExecu
 from actors.redact import Redactor
 from actors.router import NotificationRouterActor
 from actors.runtime import ActorHandle, ActorSystem, Binding
+from actors.security import PipelineConfig, default_policy, load_policy
 from actors.session import NewSession, SessionActor, SessionConfig
 from actors.ttsr import TtsrMonitorActor, rule_folders
 from actors.ttsr_rules import Rule, load_rules
@@ -129,6 +130,10 @@ class Host:
 
     def _start(self) -> None:
         settings = self.settings
+        # A malformed policy stops the start here, naming the file and line: it never
+        # falls back to allowing everything.
+        policy = load_policy(settings.policy_file) if settings.policy_file else default_policy()
+        self.pipeline = PipelineConfig(policy=policy)
         # The SDK import is slow (seconds): run it beside the rest of the start, and finish
         # it before any actor can call the model, so it never freezes the bus loop.
         prepare = getattr(self.provider, "prepare", None)
@@ -177,6 +182,8 @@ class Host:
             [Binding(subjects.gatekeeper, ToolProposal, queue="gatekeeper")],
             app=self.app,
             policy=Policy.from_settings(policy_settings),
+            pipeline=self.pipeline,
+            clock=self.clock,
         )
         system.start(
             NotificationRouterActor,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import msgspec
 from eventsourcing.domain import Aggregate, event
 
 DECISION_NAMESPACE = uuid.UUID("0b8f3c1e-3c55-4d7e-9a3f-5f0e7d9b2a44")
@@ -18,6 +19,16 @@ def decision_uuid(session_id: str, call_id: str, action_hash: str) -> uuid.UUID:
     """The aggregate id of the decision about one call: a session's call id and the hash
     of what it does (a model may reuse an id for another call; that is judged anew)."""
     return uuid.uuid5(DECISION_NAMESPACE, f"decision:{session_id}:{call_id}:{action_hash}")
+
+
+class StageRecord(msgspec.Struct, frozen=True):
+    """One stage of a decision: ``verdict`` allow, deny, escalate or pass, and why."""
+
+    stage: str
+    verdict: str
+    reason: str
+    min_tier: int = 0
+    rule: str = ""
 
 
 class ToolDecision(Aggregate):
@@ -47,3 +58,9 @@ class ToolDecision(Aggregate):
         self.decision = decision
         self.reason = reason
         self.tier = tier
+        self.stages: list[StageRecord] = []
+
+    @event("StagesRecorded")
+    def record_stages(self, stages: list[StageRecord]) -> None:
+        """Every stage the decision went through, in order (saved with the decision)."""
+        self.stages = list(stages)

@@ -39,10 +39,10 @@ def test_secrets_are_masked_before_storing_and_sending(
               UserMessage(text="show me the config", channel="test"), Accepted).session_id
     channel.wait_for("completed")
 
-    # Notices built from stored events (reply, tool) are masked. The live stream is masked
-    # per delta only: a key split across deltas is caught when the message is stored
-    # (a documented limit, docs/architecture.md).
-    assert all(KEY not in m.text for m in channel.seen if m.kind != "stream")
+    # Nothing a channel got holds the key, not even the live stream joined up: the
+    # streaming redactor holds text back while a secret could still be forming.
+    assert all(KEY not in m.text for m in channel.seen)
+    assert KEY not in "".join(m.text for m in channel.seen if m.kind == "stream")
     assert any("[REDACTED]" in m.text for m in channel.seen if m.kind == "reply")
     session = host.app.session(sid)
     assert session is not None

@@ -1,0 +1,64 @@
+"""The gatekeeper's security pipeline, pure core: enrich, protection, tier 0, tier 1.
+
+Nothing in this package touches NATS, threads, clocks or the event store. The only I/O is
+reading the file system to resolve paths (symlinks, hard links, directory listings for globs)
+and :func:`actors.security.policy.load_policy`, which reads one policy file.
+
+Stages, in order (see :func:`actors.security.pipeline.evaluate`):
+
+1. :mod:`actors.security.action` turns a tool call into an :class:`ActionRequest`, hashes it
+   and enriches it (paths resolved against the workspace, shell commands parsed, classes);
+2. :mod:`actors.security.protection` applies the hard rules (identity files, memory files,
+   agent configuration, workspace confinement): refuse, or a minimum tier;
+3. :mod:`actors.security.policy` is tier 0: ordered YAML rules, first match wins;
+4. :mod:`actors.security.heuristics` is tier 1: dangerous commands and content.
+
+Tiers 2 (LLM evaluator) and 3 (human approval) live elsewhere; an ``escalate`` evaluation
+names the tier that must decide.
+"""
+
+from actors.security.action import (
+    ActionRequest,
+    EnrichedAction,
+    PathRef,
+    ShellCommand,
+    action_hash,
+    enrich,
+)
+from actors.security.heuristics import Finding, scan
+from actors.security.pipeline import Evaluation, PipelineConfig, StageResult, evaluate
+from actors.security.policy import (
+    DEFAULT_POLICY_YAML,
+    Policy,
+    PolicyError,
+    PolicyRule,
+    default_policy,
+    load_policy,
+    parse_policy,
+)
+from actors.security.protection import ProtectionConfig, ProtectionResult, check_protection
+
+__all__ = [
+    "DEFAULT_POLICY_YAML",
+    "ActionRequest",
+    "EnrichedAction",
+    "Evaluation",
+    "Finding",
+    "PathRef",
+    "PipelineConfig",
+    "Policy",
+    "PolicyError",
+    "PolicyRule",
+    "ProtectionConfig",
+    "ProtectionResult",
+    "ShellCommand",
+    "StageResult",
+    "action_hash",
+    "check_protection",
+    "default_policy",
+    "enrich",
+    "evaluate",
+    "load_policy",
+    "parse_policy",
+    "scan",
+]

@@ -1,0 +1,245 @@
+"""The streaming redactor: secrets split across deltas never reach the output.
+
+The key property: for any split of a text into deltas, the joined stream output equals the
+whole-text redaction (and so never contains a secret), while plain text is held back only as
+long as it could still be the start of a secret.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+
+import pytest
+
+from actors.redact import CAP, MASK, Redactor, StreamRedactor
+
+CONFIGURED = ["configured-secret-value-42", "nats-Pa55word!", "db-pass-0000"]
+
+PEM_BODY = "MIIEowIBAAKCAQEA7bq98Xw1" * 4
+CORPUS: list[tuple[str, str]] = [
+    # (text containing a secret, the secret part that must never be emitted)
+    ("sk-ant-api03-" + "AbC_d-9" * 12, "AbC_d-9AbC_d-9"),
+    ("sk-" + "a1B2c3D4" * 6, "a1B2c3D4a1B2c3D4"),
+    ("sk-proj-" + "Xy_9-Zq8" * 18, "Xy_9-Zq8Xy_9-Zq8"),
+    ("AKIAIOSFODNN7EXAMPLE", "IOSFODNN7EXAMPLE"),
+    ("ghp_" + "A1b2C3d4E5" * 4, "A1b2C3d4E5A1b2C3d4E5"),
+    ("github_pat_11ABCDEFG0" + "abc_DEF_12" * 8, "abc_DEF_12abc_DEF_12"),
+    ("xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx", "AbCdEfGhIjKlMnOpQrStUvWx"),
+    (
+        "-----BEGIN RSA PRIVATE KEY-----\n" + PEM_BODY + "\n-----END RSA PRIVATE KEY-----",
+        PEM_BODY,
+    ),
+    ("postgres://app:s3cr3t-P4ss@db.internal:5432/app", "s3cr3t-P4ss"),
+    ("redis://:r3dis-pw-77@cache:6379/0", "r3dis-pw-77"),
+    ("DB_PASSWORD=hunter2hunter2", "hunter2hunter2"),
+    ('{"api_key": "abcd1234efgh"}', "abcd1234efgh"),
+    ("token: 'tok-val-123456'", "tok-val-123456"),
+    ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig", "eyJhbGciOiJIUzI1NiJ9"),
+    ("connect with configured-secret-value-42 now", "configured-secret-value-42"),
+    ("nats login nats-Pa55word!", "nats-Pa55word!"),
+    ("the db-pass-0000 is here", "db-pass-0000"),
+]
+
+PROSE = (
+    "Here is the plan: read the file, then run the tests. The quick brown fox jumps over "
+    "the lazy dog; nothing here looks like a credential at all, so it streams through. "
+)
+
+
+def run(stream: StreamRedactor, deltas: Iterable[str]) -> tuple[str, int]:
+    """The joined output of a stream and the largest hold-back seen after any delta."""
+    out, held = [], 0
+    for d in deltas:
+        out.append(stream.feed(d))
+        held = max(held, stream.held)
+    out.append(stream.flush())
+    return "".join(out), held
+
+
+def random_split(text: str, rng: random.Random, max_len: int = 12) -> list[str]:
+    parts, i = [], 0
+    while i < len(text):
+        n = rng.randint(1, max_len)
+        parts.append(text[i : i + n])
+        i += n
+    return parts
+
+
+@pytest.fixture
+def redactor() -> Redactor:
+    return Redactor(CONFIGURED)
+
+
+@pytest.mark.parametrize(("secret_text", "secret"), CORPUS)
+def test_secret_split_at_every_position_is_masked(
+    redactor: Redactor, secret_text: str, secret: str
+) -> None:
+    text = f"before: {secret_text}\nafter it, more words."
+    whole = redactor.text(text)
+    assert secret not in whole and MASK in whole
+    for i in range(len(text) + 1):
+        out, _ = run(redactor.stream(), [text[:i], text[i:]])
+        assert out == whole, i
+    out, _ = run(redactor.stream(), list(text))  # one character per delta
+    assert out == whole
+
+
+@pytest.mark.parametrize(("secret_text", "secret"), CORPUS)
+def test_no_emitted_prefix_reveals_the_secret(
+    redactor: Redactor, secret_text: str, secret: str
+) -> None:
+    """Even mid-stream (before flush) no part of the secret that long has been emitted."""
+    text = f"x {secret_text} y"
+    stream, emitted = redactor.stream(), ""
+    for ch in text:
+        emitted += stream.feed(ch)
+        assert secret[:8] not in emitted
+    assert secret not in emitted + stream.flush()
+
+
+def test_random_splits_of_a_mixed_document_equal_whole_text(redactor: Redactor) -> None:
+    rng = random.Random(1234)
+    doc = PROSE + "".join(f"{s}\n{PROSE}" for s, _ in CORPUS)
+    whole = redactor.text(doc)
+    for _, secret in CORPUS:
+        assert secret not in whole
+    for _ in range(200):
+        out, _ = run(redactor.stream(), random_split(doc, rng, rng.choice([1, 3, 7, 40, 500])))
+        assert out == whole
+
+
+FRAGMENTS = [
+    "sk-ant-",
+    "sk-",
+    "proj-",
+    "AKIA",
+    "ASIA",
+    "ghp_",
+    "github_pat_",
+    "xoxb-",
+    "Bearer ",
+    "-----BEGIN RSA PRIVATE KEY-----",
+    "-----END RSA PRIVATE KEY-----",
+    "-----",
+    "://",
+    "u:",
+    "@",
+    "password",
+    "api_key",
+    "token",
+    "auth",
+    "=",
+    ": ",
+    " ",
+    "\n",
+    "'",
+    '"',
+    "x",
+    "A1",
+    "0123456789",
+    "abcdefghij",
+    "_",
+    "-",
+    "/",
+    "configured-",
+    "configured-secret-value-42",
+    "db-pass-0000",
+    "db-pass",
+    "nats-Pa55",
+]
+
+
+def test_fuzzed_fragment_soup_is_split_invariant(redactor: Redactor) -> None:
+    """Random texts dense in near-misses: every split gives the whole-text answer."""
+    rng = random.Random(99)
+    for _ in range(400):
+        text = "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(1, 30)))
+        whole = redactor.text(text)
+        for _ in range(8):
+            out, _ = run(redactor.stream(), random_split(text, rng, rng.choice([1, 2, 5, 9])))
+            assert out == whole, (text, out, whole)
+
+
+def test_ordinary_prose_streams_through_at_once(redactor: Redactor) -> None:
+    stream = redactor.stream()
+    for word in PROSE.split(" ")[:-1]:
+        assert stream.feed(word + " ") == word + " "
+        assert stream.held == 0
+    assert stream.flush() == ""
+
+
+def test_only_a_possible_secret_prefix_is_held(redactor: Redactor) -> None:
+    stream = redactor.stream()
+    assert stream.feed("use the db-pa") == "use the "  # could be the configured db-pass-0000
+    assert stream.held == len("db-pa")
+    assert stream.feed("d is fine") == "db-pad is fine"
+    assert stream.feed(" tok") == " "  # could become "token: ..."
+    assert stream.feed("yo") == "tokyo"
+    assert stream.feed(" sk-ant-api03-abcdefgh") == " "
+    assert stream.feed("ijklmn and more") == f"{MASK} and more"
+    assert stream.flush() == ""
+
+
+def test_flush_masks_an_unfinished_secret_and_resets(redactor: Redactor) -> None:
+    stream = redactor.stream()
+    assert stream.feed("key -----BEGIN OPENSSH PRIVATE KEY-----\nabc") == "key "
+    assert stream.flush() == MASK
+    assert stream.feed("fresh start") == "fresh start"
+
+
+def test_url_password_is_masked_but_the_rest_of_the_url_kept() -> None:
+    r = Redactor()
+    assert r.text("dsn amqp://guest:gu3st-pw@mq:5672/") == f"dsn amqp://guest:{MASK}@mq:5672/"
+    assert r.text("see https://example.com:8080/path") == "see https://example.com:8080/path"
+
+
+def test_a_private_key_longer_than_the_cap_is_masked_wholesale() -> None:
+    r = Redactor()
+    body = ("QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo" * 700)[: CAP * 3]
+    text = f"key:\n-----BEGIN PRIVATE KEY-----\n{body}\n-----END PRIVATE KEY-----\nafter"
+    whole = r.text(text)
+    assert whole == f"key:\n{MASK}\nafter"
+    out, held = run(r.stream(), random_split(text, random.Random(5), 300))
+    assert out == whole and held <= CAP
+
+
+def test_a_token_longer_than_the_cap_is_masked_wholesale() -> None:
+    r = Redactor()
+    text = "x sk-ant-" + "a" * (CAP * 2 + 17) + " done"
+    assert r.text(text) == f"x {MASK} done"
+    out, held = run(r.stream(), random_split(text, random.Random(6), 64))
+    assert out == f"x {MASK} done" and held <= CAP
+
+
+def test_megabyte_in_five_char_deltas_keeps_hold_back_bounded(redactor: Redactor) -> None:
+    rng = random.Random(7)
+    chunks: list[str] = []
+    size = 0
+    while size < 1_000_000:
+        piece = PROSE if rng.random() < 0.8 else rng.choice(CORPUS)[0] + " "
+        if rng.random() < 0.002:  # an unterminated private key: held until the cap, then masked
+            piece = "-----BEGIN EC PRIVATE KEY-----\n" + "Zm9vYmFy" * 1500 + "\n"
+        chunks.append(piece)
+        size += len(piece)
+    text = "".join(chunks)
+    stream = redactor.stream()
+    out: list[str] = []
+    max_held = 0
+    for i in range(0, len(text), 5):
+        out.append(stream.feed(text[i : i + 5]))
+        max_held = max(max_held, stream.held)
+    out.append(stream.flush())
+    joined = "".join(out)
+    assert max_held <= CAP
+    assert joined == redactor.text(text)
+    for _, secret in CORPUS:
+        assert secret not in joined
+
+
+def test_whole_text_agrees_with_the_original_shapes() -> None:
+    r = Redactor()
+    assert r.text("password: 'correct-horse-battery'") == f"password: '{MASK}'"
+    assert r.text("ANTHROPIC_API_KEY=sk-ant-x") == f"ANTHROPIC_API_KEY={MASK}"
+    assert r.text("auth: short") == "auth: short"  # values under six characters stay
+    assert r.text("a task-manager-for-everyone-here") == "a task-manager-for-everyone-here"
