@@ -28,12 +28,14 @@ APPROVERS = {2: "the LLM evaluator (tier 2)", 3: "a person (tier 3)"}
 
 
 class Judgement(msgspec.Struct, frozen=True):
-    """A decision about one call: allow or deny, why, which stage decided, every stage."""
+    """A decision about one call: allow or deny, why, which stage decided, every stage,
+    and the paths it writes or deletes (known before it runs)."""
 
     decision: str
     reason: str
     tier: str
     stages: list[StageRecord]
+    writes: list[str] = []
 
 
 def judge(
@@ -63,7 +65,9 @@ def judge(
         who = APPROVERS.get(needed, f"tier {needed}")
         reason = f"{evaluation.reason}; it needs approval by {who}, which is not available yet"
         return Judgement("deny", reason, "escalation", stages)
-    return Judgement(evaluation.verdict, evaluation.reason, evaluation.deciding_stage, stages)
+    writes = [p.resolved for p in evaluation.action.writes if p.resolved]
+    return Judgement(evaluation.verdict, evaluation.reason, evaluation.deciding_stage, stages,
+                     list(dict.fromkeys(writes)))
 
 
 class GatekeeperActor(TetherActor):
@@ -91,11 +95,12 @@ class GatekeeperActor(TetherActor):
         existing = self.app.load(
             decision_uuid(message.session_id, message.call_id, digest), ToolDecision
         )
+        judged = judge(message, self.policy, self.pipeline, self.clock.now())
+        writes = judged.writes
         if existing is not None:
             # A re-sent proposal keeps its first decision (the audit record is immutable).
             decision, reason, tier = existing.decision, existing.reason, existing.tier
         else:
-            judged = judge(message, self.policy, self.pipeline, self.clock.now())
             decision, reason, tier = judged.decision, judged.reason, judged.tier
             record = ToolDecision(
                 call_id=message.call_id,
@@ -117,5 +122,6 @@ class GatekeeperActor(TetherActor):
                 reason=reason,
                 action_hash=digest,
                 tier=tier,
+                writes=writes,
             ),
         )

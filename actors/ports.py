@@ -105,6 +105,33 @@ class ToolExecutor(Protocol):
         ...
 
 
+# --- snapshots ----------------------------------------------------------------------------
+
+
+class SnapshotEntry(msgspec.Struct, frozen=True):
+    """One path in a snapshot: ``kind`` file, dir, symlink or absent; ``blob`` the copy."""
+
+    path: str
+    kind: str
+    blob: str = ""
+
+
+class Snapshot(msgspec.Struct, frozen=True):
+    """Copies of the paths a tool call was about to change, taken before it ran."""
+
+    id: str
+    folder: str
+    entries: list[SnapshotEntry]
+
+
+class Snapshots(Protocol):
+    """Takes snapshots before a call changes files, and restores them (``tether undo``)."""
+
+    def take(self, session_id: str, snapshot_id: str, paths: list[str]) -> Snapshot: ...
+
+    def restore(self, snapshot: Snapshot) -> list[str]: ...
+
+
 # --- bus ----------------------------------------------------------------------------------
 
 

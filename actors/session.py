@@ -31,6 +31,8 @@ from actors.ports import (
     ModelRequest,
     Provider,
     ProviderError,
+    Snapshot,
+    Snapshots,
     TextDelta,
     ThinkingDelta,
     ToolExecutor,
@@ -104,6 +106,7 @@ class ToolFinished(msgspec.Struct):
     call_id: str
     tool: str
     output: ToolOutput
+    snapshot: Snapshot | None = None
 
 
 async def pump_model(
@@ -141,11 +144,13 @@ class SessionActor(TetherActor):
         config: SessionConfig,
         new: NewSession | None = None,
         redactor: Redactor | None = None,
+        snapshots: Snapshots | None = None,
     ) -> None:
         super().__init__(system)
         self.session_id = session_id
         self.redactor = redactor or Redactor()
         self.streams: dict[tuple[str, int], StreamRedactor] = {}
+        self.snapshot_store = snapshots
         self.app = app
         self.provider = provider
         self.tools = tools
@@ -231,6 +236,10 @@ class SessionActor(TetherActor):
         """Store the message first (as the next turn's start, or queued behind the running
         turn), answer Accepted, then act on it."""
         accepted = Accepted(session_id=self.session_id)
+        if self.phase == "idle":
+            # Between turns others may append to the session (``tether undo``): start from
+            # what is stored, not from what this actor last saw.
+            self.session = self.app.session(self.session_id) or self.session
         if self.phase != "idle" or self.session.queued:
             self.session.queue_user_message(
                 text=message.text, channel=message.channel, user=message.user
@@ -488,13 +497,22 @@ class SessionActor(TetherActor):
             self.actor_ref, self.tools, self.session.workspace, self.generation
         )
 
+        store, session_id, writes = self.snapshot_store, self.session_id, verdict.writes
+
         def run() -> None:
+            snapshot = None
             try:
+                if store is not None and writes:
+                    # Copy what the call is about to change, so `tether undo` can put it back.
+                    snapshot = store.take(session_id, f"{generation}-{call.id}", writes)
                 output = tools.execute(call.name, call.input, workspace)
+            except OSError as exc:
+                output = ToolOutput(f"not run: could not snapshot the files it changes: {exc}",
+                                    True)
             except Exception as exc:  # executors should not raise; never lose the turn
                 output = ToolOutput(f"tool failed: {type(exc).__name__}: {exc}", True)
             with contextlib.suppress(pykka.ActorDeadError):
-                ref.tell(ToolFinished(generation, call.id, call.name, output))
+                ref.tell(ToolFinished(generation, call.id, call.name, output, snapshot))
 
         threading.Thread(target=run, name=f"tool-{call.id}", daemon=True).start()
 
@@ -511,6 +529,13 @@ class SessionActor(TetherActor):
             return
         if self.tool_queue[0].id != message.call_id:
             return
+        if message.snapshot is not None:
+            self.session.record_snapshot(
+                call_id=message.call_id,
+                snapshot_id=message.snapshot.id,
+                folder=message.snapshot.folder,
+                paths=[e.path for e in message.snapshot.entries],
+            )
         self.session.record_tool_result(
             call_id=message.call_id,
             tool=message.tool,

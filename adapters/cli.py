@@ -411,6 +411,51 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_undo(args: argparse.Namespace) -> int:
+    from actors.ports import Snapshot
+    from adapters.snapshots import MANIFEST, SnapshotStore
+
+    settings = _settings(args)
+    app = _open_store(settings)
+    try:
+        sid = _resolve(app, _view(settings, app), args.session)
+        session = app.session(sid)
+        assert session is not None
+        if session.status == "running":
+            raise ConfigError(f"session {sid} is in the middle of a turn; undo it when it waits")
+        restored_ids = {i for e in app.session_events(sid) if type(e).__name__ == "FilesRestored"
+                        for i in e.snapshot_ids}
+        taken = [e for e in app.session_events(sid) if type(e).__name__ == "FilesSnapshotted"
+                 and e.snapshot_id not in restored_ids]
+        if args.to is not None:
+            chosen = [e for e in taken if e.originator_version > args.to]
+        else:
+            chosen = taken[-1:]
+        if not chosen:
+            print("nothing to undo: no file change recorded"
+                  + (f" after event {args.to}" if args.to is not None else ""))
+            return 0
+        store = SnapshotStore(os.path.join(settings.state_dir, "snapshots"))
+        paths: list[str] = []
+        for event in reversed(chosen):  # newest first, so the oldest state wins
+            import msgspec
+
+            with open(os.path.join(event.folder, MANIFEST), "rb") as fh:
+                snapshot = msgspec.json.decode(fh.read(), type=Snapshot)
+            for path in store.restore(snapshot):
+                print(f"restored {path} (as before event {event.originator_version})")
+                paths.append(path)
+        session.record_restore(
+            snapshot_ids=[e.snapshot_id for e in chosen],
+            to_version=args.to if args.to is not None else chosen[0].originator_version - 1,
+            paths=list(dict.fromkeys(paths)),
+        )
+        app.save(session)
+    finally:
+        app.close()
+    return 0
+
+
 def cmd_fake_llm(args: argparse.Namespace, rest: list[str]) -> int:
     from adapters.fake_llm import main as fake_llm_main
 
@@ -484,6 +529,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Every recorded TTSR injection, oldest first.")
     injections.add_argument("--session", metavar="ID", help="only this session")
     injections.set_defaults(func=cmd_rules_injections)
+    undo = add("undo", "put back the files a session's tool calls changed (from the snapshots "
+               "taken before each call)", cmd_undo)
+    undo.add_argument("session", help="session id or name")
+    undo.add_argument("--to", type=int, metavar="EVENT",
+                      help="undo every change after this event (default: the last change)")
     audit = add("audit", "query the audit index: every tool call, who asked, what was "
                 "decided by which tier, and what happened", cmd_audit)
     audit.add_argument("--session", metavar="ID", help="only this session")

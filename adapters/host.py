@@ -32,6 +32,7 @@ from adapters.config import Settings
 from adapters.nats_bus import NatsBus
 from adapters.nats_server import EmbeddedNats
 from adapters.relay import EventRelay
+from adapters.snapshots import SnapshotStore
 from adapters.store import open_application, open_view
 from adapters.tools import BuiltinTools
 from events.application import TetherApplication
@@ -112,6 +113,7 @@ class Host:
         self.view: SessionView
         self.system: ActorSystem
         self.redactor = Redactor(known_secrets(settings))
+        self.snapshots = SnapshotStore(os.path.join(settings.state_dir, "snapshots"))
         self._stack: list[Any] = []
 
     @property
@@ -245,6 +247,7 @@ class Host:
             config=self.session_config(),
             new=new,
             redactor=self.redactor,
+            snapshots=self.snapshots,
         )
         return [monitor, session]
 

@@ -63,6 +63,10 @@ def event_summary(name: str, data: dict[str, Any]) -> str:
         tokens = f"{usage.input_tokens}+{usage.output_tokens} tokens" if usage else ""
         cost = data.get("cost_usd", 0.0)
         return f"{data.get('rounds')} round(s), {tokens}, ${cost:.4f}, {data.get('stop')}"
+    if name == "FilesSnapshotted":
+        return f"before {data.get('call_id')}: {', '.join(data.get('paths', []))}"
+    if name == "FilesRestored":
+        return f"undo to event {data.get('to_version')}: {', '.join(data.get('paths', []))}"
     if name in ("TurnFailed", "ActorFailed"):
         return _clip(str(data.get("error")), 80)
     return ""

@@ -250,6 +250,8 @@ class Verdict(Message):
     reason: str
     action_hash: str
     tier: str = "policy"
+    writes: list[str] = []
+    """Absolute paths the call writes or deletes (snapshotted before it runs)."""
 
 
 # --- dead letters -----------------------------------------------------------------------

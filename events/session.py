@@ -58,6 +58,7 @@ class Session(Aggregate):
         self.failures = 0
         self.queued: list[QueuedMessage] = []
         self.completed_turns = 0
+        self.snapshots: list[tuple[str, str]] = []
 
     @event("UserMessageQueued")
     def queue_user_message(self, text: str, channel: str, user: str) -> None:
@@ -92,6 +93,18 @@ class Session(Aggregate):
     @event("ToolCallExecuted")
     def record_tool_result(self, call_id: str, tool: str, output: str, is_error: bool) -> None:
         self._add_tool_result(ToolResultBlock(call_id, output, is_error))
+
+    @event("FilesSnapshotted")
+    def record_snapshot(self, call_id: str, snapshot_id: str, folder: str,
+                        paths: list[str]) -> None:
+        """Copies of ``paths`` were taken before call ``call_id`` changed them."""
+        self.snapshots.append((snapshot_id, folder))
+
+    @event("FilesRestored")
+    def record_restore(self, snapshot_ids: list[str], to_version: int,
+                       paths: list[str]) -> None:
+        """``tether undo`` put ``paths`` back as they were (snapshots newest first)."""
+        self.snapshots = [s for s in self.snapshots if s[0] not in snapshot_ids]
 
     @event("ToolCallRefused")
     def refuse_tool_call(self, call_id: str, reason: str) -> None:

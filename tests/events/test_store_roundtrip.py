@@ -48,7 +48,10 @@ def full_session(sid: str = "abc123") -> Session:
     s.propose_tool_call(call_id="tu_1", tool="read_file", tool_input={"path": "a.py"},
                         action_hash="h1")
     s.decide_tool_call(call_id="tu_1", decision="allow", reason="read only", tier="policy")
+    s.record_snapshot(call_id="tu_1", snapshot_id="1-tu_1", folder="/state/snapshots/x",
+                      paths=["/ws/a.py"])
     s.record_tool_result(call_id="tu_1", tool="read_file", output="print('hi')", is_error=False)
+    s.record_restore(snapshot_ids=["1-tu_1"], to_version=3, paths=["/ws/a.py"])
     s.propose_tool_call(call_id="tu_2", tool="shell", tool_input={"cmd": "rm -rf /"},
                         action_hash="h2")
     s.decide_tool_call(call_id="tu_2", decision="deny", reason="destructive", tier="policy")
@@ -71,7 +74,7 @@ SESSION_EVENT_NAMES = {
     "Created", "UserMessageReceived", "AssistantMessageAppended", "ToolCallProposed",
     "ToolCallDecided", "ToolCallExecuted", "ToolCallRefused", "TtsrInterrupted",
     "StatusChanged", "TurnCompleted", "TurnFailed", "ActorFailed", "UserMessageQueued",
-    "TtsrReminderAdded",
+    "TtsrReminderAdded", "FilesSnapshotted", "FilesRestored",
 }
 
 
@@ -94,7 +97,7 @@ def test_session_reloaded_from_store_equals_original(app: TetherApplication) -> 
 
     assert loaded is not None
     assert loaded == original
-    assert loaded.version == 18
+    assert loaded.version == 20
     assert loaded.status == "completed"
     assert (loaded.turns, loaded.input_tokens, loaded.output_tokens) == (2, 320, 45)
     assert loaded.cost_usd == pytest.approx(0.0123)
@@ -125,7 +128,7 @@ def test_events_come_back_typed(app: TetherApplication) -> None:
 
     events = app.session_events("abc123")
 
-    assert [e.originator_version for e in events] == list(range(1, 19))
+    assert [e.originator_version for e in events] == list(range(1, 21))
     for e in events:
         assert isinstance(e.originator_id, uuid.UUID)
         assert e.originator_id == session_uuid("abc123")
@@ -144,7 +147,7 @@ def test_stored_state_is_json(app: TetherApplication) -> None:
 
     stored = app.recorder.select_events(session_uuid("abc123"))
 
-    assert len(stored) == 18
+    assert len(stored) == 20
     states = [(s.topic.rsplit(".", 1)[-1], json.loads(s.state)) for s in stored]
     by_topic: dict[str, Any] = {}
     for name, state in states:
@@ -268,6 +271,6 @@ def test_state_round_trip_through_msgspec_is_stable(app: TetherApplication) -> N
 
     again = app.session("s2")
     assert again is not None
-    assert again.version == 19
+    assert again.version == 21
     assert again.history[-1] == Turn("user", [TextBlock("again")])
     assert msgspec.json.encode(again.history) == msgspec.json.encode(loaded.history)
