@@ -16,6 +16,7 @@ from typing import Any
 from actors.middleware import Gate, MiddlewareSettings, Refusal
 from actors.naming import name_from_prompt
 from actors.ports import Clock, Ids, SystemClock
+from actors.redact import Redactor
 from actors.runtime import ActorHandle, ActorSystem, AskResult, Envelope, TetherActor
 from actors.session import NewSession
 from events.application import TetherApplication
@@ -51,8 +52,10 @@ class SessionManagerActor(TetherActor):
         default_workspace: str,
         gate: Gate | None = None,
         clock: Clock | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         super().__init__(system)
+        self.redactor = redactor or Redactor()
         self.gate = gate or Gate(MiddlewareSettings())
         self.clock = clock or SystemClock()
         self.app = app
@@ -136,7 +139,7 @@ class SessionManagerActor(TetherActor):
         """Not stored as a user message, but recorded for the audit trail and answered."""
         self.app.save(RefusedMessage(
             channel=message.channel, user=message.user, kind=refusal.kind,
-            reason=refusal.reason, size=size, excerpt=message.text,
+            reason=refusal.reason, size=size, excerpt=self.redactor.text(message.text[:1000]),
         ))
         self.reply(envelope, ErrorReply(error=refusal.kind, reason=refusal.reason))
         self.send(

@@ -207,6 +207,7 @@ class Host:
             default_workspace=settings.workspace,
             gate=Gate(settings.middleware),
             clock=self.clock,
+            redactor=self.redactor,
         )
 
     def session_config(self) -> SessionConfig:

@@ -158,7 +158,7 @@ class AuditIndex(TrackedView):
 
             return [Change(CALLS.name, (sid, e.call_id), propose)]
         if name == "ToolCallDecided":
-            approver = "user" if e.tier == "human" else f"tier {e.tier}"
+            approver = "user" if e.tier == "human" else e.tier
             return [Change(CALLS.name, (sid, e.call_id), _set(
                 verdict=e.decision, tier=e.tier, reason=e.reason, approver=approver,
                 decided_at=at))]
@@ -196,7 +196,8 @@ class AuditIndex(TrackedView):
         since: str | None = None,
         until: str | None = None,
     ) -> list[AuditEntry]:
-        """Calls matching every given filter (times are ISO 8601, compared as text)."""
+        """Calls matching every given filter. Times are ISO 8601 and inclusive at the
+        precision given: ``--until 2026-11-22`` includes that whole day."""
         where: Row = {}
         for column, value in (("session_id", session), ("user_name", user), ("tool", tool),
                               ("verdict", verdict), ("tier", tier)):
@@ -205,9 +206,9 @@ class AuditIndex(TrackedView):
         rows = self.rows(CALLS.name, where, order="position")
         out = []
         for r in rows:
-            if since and r["proposed_at"] < since:
+            if since and r["proposed_at"][: len(since)] < since:
                 continue
-            if until and r["proposed_at"] > until:
+            if until and r["proposed_at"][: len(until)] > until:
                 continue
             out.append(AuditEntry(
                 session_id=r["session_id"], call_id=r["call_id"], user=r["user_name"],

@@ -63,6 +63,8 @@ def test_every_call_is_indexed_with_its_asker_verdict_and_outcome(app: Any) -> N
     assert [e.call_id for e in view.query(user="ana", tool="read_file")] == ["c1"]
     assert view.query(session="other") == []
     assert view.query(since="2999-01-01") == [] and len(view.query(until="2999-01-01")) == 2
+    day = entries[0].proposed_at[:10]
+    assert len(view.query(until=day)) == 2 and len(view.query(since=day)) == 2  # whole day
 
     # Exactly once: applying the same notifications again changes nothing.
     batch = application.recorder.select_notifications(start=1, limit=100)
