@@ -10,10 +10,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from bench import append, ask, interrupt, ttsr
+from bench import append, ask, gate, interrupt, ttsr
 from bench.common import nats_server, say
 
-BENCHMARKS = ("ask", "append", "interrupt", "ttsr")
+BENCHMARKS = ("ask", "append", "interrupt", "ttsr", "gate")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -57,6 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "ttsr" in chosen:
         say()
         summary.append(f"RATIO ttsr monitor/naive = {ttsr.run(quick=args.quick):.4f}")
+    if "gate" in chosen:
+        with nats_server(args.nats) as url:
+            say()
+            summary.extend(gate.run(url, quick=args.quick).ratio_lines())
     say()
     say("== summary")
     for line in summary:

@@ -57,6 +57,12 @@ def test_ttsr_quick_prints_its_ratio() -> None:
     assert "monitor us" in out and "naive us" in out
 
 
+def test_gate_quick_prints_its_ratios(nats_url: str) -> None:
+    out = run_bench("bench.gate", "--quick", "--nats", nats_url)
+    for name in ("gate judge/raw-policy", "gate nats/raw", "redact stream/raw"):
+        assert re.search(rf"RATIO {name} = \d+\.\d\d$", out, re.MULTILINE), out
+
+
 def test_all_benchmarks_quick(nats_url: str) -> None:
     out = run_bench("bench", "--quick", "--nats", nats_url, "--only", "ask", "--only", "append")
     for name in ("ask", "append"):
