@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 import pykka
 
+from actors.commands import Command, help_text, parse_command, resolve_dir, status_text
 from actors.context import DEFAULT_SYSTEM_PROMPT, build_request
 from actors.gatekeeper_policy import action_hash
 from actors.ports import (
@@ -48,6 +49,7 @@ from events.messages import (
     Accepted,
     BarrierCheck,
     BarrierResult,
+    ChannelMessage,
     ContentBlock,
     Interrupt,
     Killed,
@@ -78,6 +80,8 @@ class SessionConfig(msgspec.Struct, kw_only=True):
     max_tokens: int = 4096
     ask_timeout: float = 5.0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    workspace_root: str = ""
+    """The folder ``/dir`` may not leave (the engine's workspace); empty: the session's."""
 
 
 class NewSession(msgspec.Struct, kw_only=True):
@@ -234,8 +238,13 @@ class SessionActor(TetherActor):
 
     def _on_user_message(self, message: UserMessage, envelope: Envelope | None) -> None:
         """Store the message first (as the next turn's start, or queued behind the running
-        turn), answer Accepted, then act on it."""
+        turn), answer Accepted, then act on it. Commands are handled at once instead."""
         accepted = Accepted(session_id=self.session_id)
+        command = parse_command(message.text)
+        if command is not None:
+            self._run_command(command, message)
+            self.reply(envelope, accepted)
+            return
         if self.phase == "idle":
             # Between turns others may append to the session (``tether undo``): start from
             # what is stored, not from what this actor last saw.
@@ -252,6 +261,46 @@ class SessionActor(TetherActor):
         self._receive(message.text, message.channel, message.user)
         self.reply(envelope, accepted)
         self._begin_turn()
+
+    def _run_command(self, command: Command, message: UserMessage) -> None:
+        """Handle a chat command: never stored as a user message, never sent to the model;
+        what it did is recorded and told to the channel."""
+        if self.phase == "idle":
+            self.session = self.app.session(self.session_id) or self.session
+        name, result = command.name, ""
+        if name == "status":
+            result = status_text(self.session)
+        elif name == "clear":
+            if self.phase != "idle":
+                result = "a turn is running; send /clear again when it is done"
+            else:
+                self.session.clear_context()
+                result = "context cleared: the next message starts fresh"
+        elif name == "dir":
+            path = resolve_dir(self.session.workspace, command.args or ".",
+                               self.config.workspace_root or self.session.workspace)
+            if not command.args:
+                result = f"working directory: {self.session.workspace}"
+            elif path is None:
+                result = (f"{command.args!r} is not a folder inside "
+                          f"{self.config.workspace_root or self.session.workspace}")
+            elif self.phase != "idle":
+                result = "a turn is running; send /dir again when it is done"
+            else:
+                self.session.change_workspace(path=path)
+                result = f"working directory is now {path}"
+        elif name in ("plan", "edit"):
+            result = f"/{name}: modes are not available yet; the session stays in default mode"
+        else:
+            prefix = "" if name == "help" else f"unknown command /{name}. "
+            result = prefix + help_text()
+        self.session.run_command(name=name, args=command.args, user=message.user,
+                                 channel=message.channel, result=result)
+        self.app.save(self.session)
+        self.send(
+            self.subjects.channel_out(message.channel),
+            ChannelMessage(session_id=self.session_id, kind="status", text=result),
+        )
 
     def _start_queued(self) -> None:
         head = self.session.queued[0]

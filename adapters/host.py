@@ -217,6 +217,7 @@ class Host:
             round_limit=self.settings.round_limit,
             max_tokens=self.settings.max_tokens,
             ask_timeout=self.settings.ask_timeout,
+            workspace_root=self.settings.workspace,
         )
 
     def spawn_session(self, session_id: str, new: NewSession | None) -> list[ActorHandle]:

@@ -40,6 +40,7 @@ class TerminalConnector:
         self.out = out or sys.stdout
         self.workspace = workspace
         self.session_id = ""
+        self._command = False
         self.inbox: queue.Queue[ChannelMessage] = queue.Queue()
         decoder: Decoder[ChannelMessage] = Decoder(ChannelMessage)
 
@@ -64,6 +65,7 @@ class TerminalConnector:
             timeout=timeout,
         )
         self.session_id = accepted.session_id
+        self._command = text.strip().startswith("/")
         return self.session_id
 
     def print_turn(self, timeout: float = 120.0) -> ChannelMessage:
@@ -89,7 +91,9 @@ class TerminalConnector:
                 continue  # already shown as it streamed
             prefix = {"tool": "  ", "interrupted": "  ! ", "failed": "  x "}.get(msg.kind, "  ")
             self._line(f"{prefix}[{msg.kind}] {msg.text}")
-            if msg.kind in TURN_END or (msg.kind == "error"):
+            if msg.kind in TURN_END or msg.kind == "error" or (
+                self._command and msg.kind == "status"
+            ):
                 return msg
 
     def _line(self, text: str) -> None:

@@ -94,6 +94,20 @@ class Session(Aggregate):
     def record_tool_result(self, call_id: str, tool: str, output: str, is_error: bool) -> None:
         self._add_tool_result(ToolResultBlock(call_id, output, is_error))
 
+    @event("CommandRun")
+    def run_command(self, name: str, args: str, user: str, channel: str, result: str) -> None:
+        """A chat command was handled (it never reached the model)."""
+
+    @event("ContextCleared")
+    def clear_context(self) -> None:
+        """/clear: the next message starts a fresh context (the events keep the old one)."""
+        self.history = []
+
+    @event("WorkspaceChanged")
+    def change_workspace(self, path: str) -> None:
+        """/dir: tools run in ``path`` from now on."""
+        self.workspace = path
+
     @event("FilesSnapshotted")
     def record_snapshot(self, call_id: str, snapshot_id: str, folder: str,
                         paths: list[str]) -> None:

@@ -33,6 +33,9 @@ def full_session(sid: str = "abc123") -> Session:
     """A session that has recorded every kind of Session event once (or more)."""
     s = Session(session_id=sid, name="fix-login-bug", workspace="/ws", model="claude-sonnet-4",
                 channel="terminal")
+    s.run_command(name="status", args="", user="ana", channel="web", result="ok")
+    s.clear_context()
+    s.change_workspace(path="/ws")
     s.change_status(status="running", reason="user message")
     s.receive_user_message(text="fix the login bug", channel="web", user="ana")
     s.append_assistant_message(
@@ -74,7 +77,8 @@ SESSION_EVENT_NAMES = {
     "Created", "UserMessageReceived", "AssistantMessageAppended", "ToolCallProposed",
     "ToolCallDecided", "ToolCallExecuted", "ToolCallRefused", "TtsrInterrupted",
     "StatusChanged", "TurnCompleted", "TurnFailed", "ActorFailed", "UserMessageQueued",
-    "TtsrReminderAdded", "FilesSnapshotted", "FilesRestored",
+    "TtsrReminderAdded", "FilesSnapshotted", "FilesRestored", "CommandRun", "ContextCleared",
+    "WorkspaceChanged",
 }
 
 
@@ -97,7 +101,7 @@ def test_session_reloaded_from_store_equals_original(app: TetherApplication) -> 
 
     assert loaded is not None
     assert loaded == original
-    assert loaded.version == 20
+    assert loaded.version == 23
     assert loaded.status == "completed"
     assert (loaded.turns, loaded.input_tokens, loaded.output_tokens) == (2, 320, 45)
     assert loaded.cost_usd == pytest.approx(0.0123)
@@ -128,7 +132,7 @@ def test_events_come_back_typed(app: TetherApplication) -> None:
 
     events = app.session_events("abc123")
 
-    assert [e.originator_version for e in events] == list(range(1, 21))
+    assert [e.originator_version for e in events] == list(range(1, 24))
     for e in events:
         assert isinstance(e.originator_id, uuid.UUID)
         assert e.originator_id == session_uuid("abc123")
@@ -147,7 +151,7 @@ def test_stored_state_is_json(app: TetherApplication) -> None:
 
     stored = app.recorder.select_events(session_uuid("abc123"))
 
-    assert len(stored) == 20
+    assert len(stored) == 23
     states = [(s.topic.rsplit(".", 1)[-1], json.loads(s.state)) for s in stored]
     by_topic: dict[str, Any] = {}
     for name, state in states:
@@ -170,8 +174,8 @@ def test_session_at_version_is_a_replay(app: TetherApplication) -> None:
     app.save(original)
 
     first = app.session("abc123", version=1)
-    third = app.session("abc123", version=3)
-    fourth = app.session("abc123", version=4)
+    third = app.session("abc123", version=6)
+    fourth = app.session("abc123", version=7)
 
     assert first is not None and third is not None and fourth is not None
     assert (first.version, first.status, first.history) == (1, "starting", [])
@@ -271,6 +275,6 @@ def test_state_round_trip_through_msgspec_is_stable(app: TetherApplication) -> N
 
     again = app.session("s2")
     assert again is not None
-    assert again.version == 21
+    assert again.version == 24
     assert again.history[-1] == Turn("user", [TextBlock("again")])
     assert msgspec.json.encode(again.history) == msgspec.json.encode(loaded.history)

@@ -1,0 +1,65 @@
+"""Chat commands, handled before the model: parsing and the replies. Pure.
+
+A message whose text starts with ``/`` is a command. It never reaches the model and is
+not a user message of the conversation; the session records what it did.
+"""
+
+from __future__ import annotations
+
+import os
+
+import msgspec
+
+from events.session import Session
+
+COMMANDS = {
+    "status": "show the session's mode, working directory, messages, tokens and cost",
+    "clear": "start a fresh context with the next message (the history stays stored)",
+    "dir": "/dir PATH: work in another folder inside the engine's workspace",
+    "plan": "switch to plan mode (not available yet)",
+    "edit": "switch to edit mode (not available yet)",
+    "help": "list the commands",
+}
+
+
+class Command(msgspec.Struct, frozen=True):
+    """A parsed command: its name (lower case, without the slash) and its argument text."""
+
+    name: str
+    args: str
+
+
+def parse_command(text: str) -> Command | None:
+    """The command in ``text``, or None when it is an ordinary message."""
+    stripped = text.strip()
+    if not stripped.startswith("/") or stripped.startswith("//"):
+        return None
+    head, _, rest = stripped[1:].partition(" ")
+    if not head:
+        return None
+    return Command(head.lower(), rest.strip())
+
+
+def help_text() -> str:
+    """Every command with what it does."""
+    return "commands: " + "; ".join(f"/{name}: {what}" for name, what in COMMANDS.items())
+
+
+def status_text(session: Session) -> str:
+    """What /status shows."""
+    return (
+        f"session {session.session_id} ({session.name}): {session.status}; mode default; "
+        f"working directory {session.workspace}; {len(session.history)} messages in "
+        f"context, {session.turns} turn(s); {session.input_tokens}+{session.output_tokens} "
+        f"tokens, ${session.cost_usd:.4f}; auto-approvals: none"
+    )
+
+
+def resolve_dir(current: str, requested: str, root: str) -> str | None:
+    """The folder ``/dir requested`` means (relative to ``current``), or None when it is
+    outside ``root`` or is not a folder."""
+    path = os.path.realpath(os.path.join(current, os.path.expanduser(requested)))
+    root = os.path.realpath(root)
+    if path != root and not path.startswith(root + os.sep):
+        return None
+    return path if os.path.isdir(path) else None

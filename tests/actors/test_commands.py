@@ -1,0 +1,26 @@
+"""Command parsing and the folder rule of /dir (pure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from actors.commands import Command, parse_command, resolve_dir
+
+
+def test_parse() -> None:
+    assert parse_command("/status") == Command("status", "")
+    assert parse_command("  /DIR  src/app ") == Command("dir", "src/app")
+    assert parse_command("hello /status") is None
+    assert parse_command("//not a command") is None
+    assert parse_command("/") is None
+
+
+def test_dir_stays_inside_the_root(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "link").symlink_to("/etc")
+    root = str(tmp_path)
+    assert resolve_dir(root, "a/b", root) == str(tmp_path / "a" / "b")
+    assert resolve_dir(str(tmp_path / "a"), "..", root) == root
+    assert resolve_dir(root, "..", root) is None
+    assert resolve_dir(root, "a/link", root) is None  # a symlink out does not count
+    assert resolve_dir(root, "missing", root) is None
