@@ -199,6 +199,8 @@ class SessionActor(TetherActor):
             # say what happened, and take up any queued message.
             self._refuse_pending("the turn was interrupted by a restart before this call ran")
             self._record_failure("the turn was interrupted by a restart")
+        elif session.queued and session.status != "killed":
+            self._start_queued()  # a message was stored but its turn had not started
 
     def on_stop(self) -> None:
         self._cancel_stream()

@@ -94,3 +94,25 @@ def test_kill_while_a_tool_runs_keeps_the_history_valid(
     _say(host, "continue please", sid)
     channel.wait_for("completed")
     assert [m.text for m in channel.seen if m.kind == "reply"][-1] == "Picking up after the kill."
+
+
+def test_a_stored_queued_message_is_taken_up_when_the_session_starts(
+    fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host],
+    watch_channel: Callable[..., Any], workspace: Path,
+) -> None:
+    from events.session import Session
+
+    host = make_host(fake_llm(SCRIPT))
+    # As a process would leave it had it died between storing and starting a turn.
+    stored = Session(session_id="left1", name="left", workspace=str(workspace),
+                     model="m", channel="test")
+    stored.queue_user_message(text="the first question", channel="test", user="ana")
+    host.app.save(stored)
+
+    channel = watch_channel(host, "test")
+    _say(host, "the second question", "left1")
+    channel.wait_for("completed")
+    channel.wait_for("completed")
+    replies = [m.text for m in channel.seen if m.kind == "reply"]
+    assert replies == ["A slow first answer, streamed in many small pieces.",
+                       "The second answer."]
