@@ -35,6 +35,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import msgspec
 
 from actors.middleware import MiddlewareSettings
+from actors.security import ProtectionConfig
 from actors.ttsr_policy import TtsrSettings
 
 __all__ = [
@@ -80,6 +81,11 @@ PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 
 
+class ProtectionSettings(ProtectionConfig, frozen=True, forbid_unknown_fields=True):
+    """The protected files and the tiers they need, as tether.toml's ``[protection]``
+    table (the security pipeline's own defaults apply to what is left out)."""
+
+
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Every Tether setting with its default; build it with :func:`load_settings`.
 
@@ -109,6 +115,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The gatekeeper's tier-0 policy (YAML); empty: the built-in default policy."""
     ttsr: TtsrSettings = msgspec.field(default_factory=TtsrSettings)
     middleware: MiddlewareSettings = msgspec.field(default_factory=MiddlewareSettings)
+    protection: ProtectionSettings = msgspec.field(default_factory=lambda: ProtectionSettings())
+    """The ``[protection]`` table: identity_files, memory_files, config_files (workspace-
+    relative globs), memory_min_tier, config_min_tier, confine_shell_reads."""
     """The ``[middleware]`` table: allow (channel -> user ids), rate_per_minute, burst,
     max_message_bytes."""
     """The ``[ttsr]`` table: enabled, context_mode, repeat_mode, repeat_gap, window."""

@@ -135,7 +135,7 @@ class Host:
         # A malformed policy stops the start here, naming the file and line: it never
         # falls back to allowing everything.
         policy = load_policy(settings.policy_file) if settings.policy_file else default_policy()
-        self.pipeline = PipelineConfig(policy=policy)
+        self.pipeline = PipelineConfig(policy=policy, protection=settings.protection)
         # The SDK import is slow (seconds): run it beside the rest of the start, and finish
         # it before any actor can call the model, so it never freezes the bus loop.
         prepare = getattr(self.provider, "prepare", None)

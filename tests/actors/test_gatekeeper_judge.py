@@ -56,3 +56,20 @@ def test_a_call_that_needs_approval_is_denied_and_says_whose(tmp_path: Path) -> 
                  Policy.from_settings({}), PipelineConfig(home=str(tmp_path)), NOW)
     assert push.decision == "deny" and push.tier == "escalation"
     assert "a person (tier 3)" in push.reason and "not available yet" in push.reason
+
+
+def test_configured_protected_files_are_honoured(tmp_path: Path) -> None:
+    from adapters.config import load_settings
+
+    (tmp_path / "tether.toml").write_text(
+        '[protection]\nidentity_files = ["CHARTER.md"]\n')
+    settings = load_settings(env={}, cwd=str(tmp_path))
+    cfg = PipelineConfig(protection=settings.protection, home=str(tmp_path))
+    lists = Policy.from_settings({})
+    charter = judge(proposal("write_file", {"path": "charter.md", "content": "x"}, tmp_path),
+                    lists, cfg, NOW)
+    assert charter.decision == "deny" and charter.tier == "protection"
+    # SOUL.md is no longer in the configured list, so only the configured file is refused.
+    soul = judge(proposal("write_file", {"path": "SOUL.md", "content": "x"}, tmp_path),
+                 lists, cfg, NOW)
+    assert soul.decision == "allow"
