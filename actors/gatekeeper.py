@@ -5,8 +5,9 @@ load. :func:`judge` is the pure decision: the action hash is checked, the config
 lists apply, then the security pipeline (enrichment, protection, tier-0 policy, tier-1
 heuristics: :mod:`actors.security`). Each decision is stored as a
 :class:`events.decisions.ToolDecision` aggregate with every stage's result before the
-Verdict is sent. Tiers 2 and 3 (an LLM evaluator, a person) are not built yet: a call that
-needs them is denied, and the reason says which approval it would need.
+Verdict is sent. A call that needs approval gets an ``escalate`` verdict naming the tier;
+the session then asks a person through the interaction coordinator (tier 3). Tier 2 (an
+LLM evaluator) is not built yet, so what would go to it goes to a person too.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class Judgement(msgspec.Struct, frozen=True):
     tier: str
     stages: list[StageRecord]
     writes: list[str] = []
+    required_tier: int = 0
 
 
 def judge(
@@ -60,12 +62,14 @@ def judge(
         StageRecord(s.stage, s.verdict, s.reason, s.min_tier, s.rule or "")
         for s in evaluation.stages
     )
+    writes = [p.resolved for p in evaluation.action.writes if p.resolved]
     if evaluation.verdict == "escalate":
         needed = evaluation.required_tier or 3
-        who = APPROVERS.get(needed, f"tier {needed}")
-        reason = f"{evaluation.reason}; it needs approval by {who}, which is not available yet"
-        return Judgement("deny", reason, "escalation", stages)
-    writes = [p.resolved for p in evaluation.action.writes if p.resolved]
+        reason = f"{evaluation.reason}; it needs approval by {APPROVERS.get(needed, needed)}"
+        if needed == 2:
+            reason += " (not built yet: a person is asked instead)"
+        return Judgement("escalate", reason, "escalation", stages,
+                         list(dict.fromkeys(writes)), 3)
     return Judgement(evaluation.verdict, evaluation.reason, evaluation.deciding_stage, stages,
                      list(dict.fromkeys(writes)))
 
@@ -96,7 +100,7 @@ class GatekeeperActor(TetherActor):
             decision_uuid(message.session_id, message.call_id, digest), ToolDecision
         )
         judged = judge(message, self.policy, self.pipeline, self.clock.now())
-        writes = judged.writes
+        writes, required = judged.writes, judged.required_tier
         if existing is not None:
             # A re-sent proposal keeps its first decision (the audit record is immutable).
             decision, reason, tier = existing.decision, existing.reason, existing.tier
@@ -118,10 +122,12 @@ class GatekeeperActor(TetherActor):
             envelope,
             Verdict(
                 call_id=message.call_id,
-                decision="allow" if decision == "allow" else "deny",
+                decision="allow" if decision == "allow" else (
+                    "escalate" if decision == "escalate" else "deny"),
                 reason=reason,
                 action_hash=digest,
                 tier=tier,
                 writes=writes,
+                required_tier=required if decision == "escalate" else 0,
             ),
         )

@@ -11,7 +11,8 @@ from typing import Any
 ARG_PREVIEW = 80
 
 
-def _preview(tool_input: dict[str, Any]) -> str:
+def preview(tool_input: dict[str, Any]) -> str:
+    """A one-line, bounded view of a tool's input (``path=a.txt, content=...``)."""
     parts = [f"{k}={v!r}" if not isinstance(v, str) else f"{k}={v}" for k, v in tool_input.items()]
     text = " ".join(", ".join(parts).split())
     return text if len(text) <= ARG_PREVIEW else text[: ARG_PREVIEW - 1] + "…"
@@ -27,7 +28,9 @@ def notice_for(event: str, data: dict[str, Any]) -> tuple[str, str] | None:
         text = "".join(b.get("text", "") for b in data["content"] if b.get("type") == "text")
         return ("reply", text) if text.strip() else None
     if event == "ToolCallProposed":
-        return "tool", f"→ {data['tool']}({_preview(data['tool_input'])})"
+        return "tool", f"→ {data['tool']}({preview(data['tool_input'])})"
+    if event == "ToolCallDecided" and data["decision"] == "escalate":
+        return None  # the coordinator's approval question says it
     if event == "ToolCallDecided" and data["decision"] != "allow":
         return "tool", f"✗ denied ({data['tier']}): {data['reason']}"
     if event == "ToolCallExecuted":

@@ -26,6 +26,7 @@ import pykka
 from actors.commands import Command, help_text, parse_command, resolve_dir, status_text
 from actors.context import DEFAULT_SYSTEM_PROMPT, build_request
 from actors.gatekeeper_policy import action_hash
+from actors.notices import preview
 from actors.ports import (
     MessageDone,
     ModelEvent,
@@ -47,10 +48,14 @@ from actors.runtime import ActorSystem, AskResult, Envelope, TetherActor
 from events.application import TetherApplication
 from events.messages import (
     Accepted,
+    ApprovalRequest,
+    ApprovalResult,
     BarrierCheck,
     BarrierResult,
+    CancelInteractions,
     ChannelMessage,
     ContentBlock,
+    InteractionAnswer,
     Interrupt,
     Killed,
     KillSession,
@@ -68,6 +73,9 @@ from events.session import Session
 log = logging.getLogger(__name__)
 
 
+APPROVAL_GRACE = 30.0
+"""Seconds the session waits beyond the approval timeout for the coordinator's answer."""
+
 MAX_UNCHECKED_RETRIES = 2
 """Model calls repeated because the rule monitor missed part of the stream, per turn."""
 
@@ -80,6 +88,7 @@ class SessionConfig(msgspec.Struct, kw_only=True):
     max_tokens: int = 4096
     ask_timeout: float = 5.0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    approval_timeout: float = 300.0
     workspace_root: str = ""
     """The folder ``/dir`` may not leave (the engine's workspace); empty: the session's."""
 
@@ -172,6 +181,7 @@ class SessionActor(TetherActor):
         self.turn_usage = Usage()
         self.unchecked_retries = 0
         self.reminders: list[Reminder] = []
+        self.awaiting: Verdict | None = None
         self.stream_subject = self.subjects.stream(session_id)
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -247,6 +257,12 @@ class SessionActor(TetherActor):
             self._run_command(command, message)
             self.reply(envelope, accepted)
             return
+        if self.phase == "approval":
+            # Checked before anything else: text while an approval waits says no, and is
+            # the reason (it is not a message to the model).
+            self._answer_approval("", approved=False, message=message, reason=message.text)
+            self.reply(envelope, accepted)
+            return
         if self.phase == "idle":
             # Between turns others may append to the session (``tether undo``): start from
             # what is stored, not from what this actor last saw.
@@ -291,6 +307,14 @@ class SessionActor(TetherActor):
             else:
                 self.session.change_workspace(path=path)
                 result = f"working directory is now {path}"
+        elif name in ("approve", "deny"):
+            if self.phase != "approval":
+                result = "nothing is waiting for approval"
+            else:
+                interaction, _, why = command.args.partition(" ")
+                self._answer_approval(interaction, approved=name == "approve", message=message,
+                                      reason=why.strip())
+                result = f"{'approved' if name == 'approve' else 'denied'}"
         elif name in ("plan", "edit"):
             result = f"/{name}: modes are not available yet; the session stays in default mode"
         else:
@@ -303,6 +327,14 @@ class SessionActor(TetherActor):
             self.subjects.channel_out(message.channel),
             ChannelMessage(session_id=self.session_id, kind="status", text=result),
         )
+
+    def _answer_approval(
+        self, interaction_id: str, *, approved: bool, message: UserMessage, reason: str
+    ) -> None:
+        self.send(self.subjects.interactions, InteractionAnswer(
+            session_id=self.session_id, interaction_id=interaction_id, approved=approved,
+            user=message.user, reason=reason,
+        ))
 
     def _start_queued(self) -> None:
         head = self.session.queued[0]
@@ -422,6 +454,8 @@ class SessionActor(TetherActor):
                 self._commit_message()
         elif kind == "verdict":
             self._on_verdict(key, result)
+        elif kind == "approval":
+            self._on_approval(key, result)
 
     def _retry_unchecked(self) -> None:
         # The monitor missed part of this stream (it restarted, or a delta was lost): ask
@@ -535,9 +569,51 @@ class SessionActor(TetherActor):
         self.session.decide_tool_call(
             call_id=call_id, decision=verdict.decision, reason=verdict.reason, tier=verdict.tier
         )
+        if verdict.decision == "escalate":
+            self._ask_approval(call, verdict)
+            return
         if verdict.decision != "allow":
             self._refuse(call, verdict.reason)
             return
+        self._execute(call, verdict)
+
+    def _ask_approval(self, call: ToolUseBlock, verdict: Verdict) -> None:
+        """Tier 3: ask the session's chat; the answer comes back as an AskResult."""
+        self.app.save(self.session)
+        self.phase = "approval"
+        self.awaiting = verdict
+        self.ask_async(
+            self.subjects.interactions,
+            ApprovalRequest(
+                session_id=self.session_id, call_id=call.id, tool=call.name,
+                summary=f"({preview(call.input)})", reason=verdict.reason,
+                channel=self.session.channel,
+            ),
+            ApprovalResult,
+            tag=f"approval:{call.id}",
+            timeout=self.config.approval_timeout + APPROVAL_GRACE,
+        )
+
+    def _on_approval(self, call_id: str, result: AskResult) -> None:
+        if self.phase != "approval" or not self.tool_queue or self.tool_queue[0].id != call_id:
+            return
+        call, verdict = self.tool_queue[0], self.awaiting
+        self.phase = "tools"
+        answer = result.message
+        if not isinstance(answer, ApprovalResult):
+            answer = ApprovalResult(call_id=call_id, approved=False, by="tether",
+                                    reason=f"nobody could be asked ({result.error})")
+        self.session.decide_tool_call(
+            call_id=call_id, decision="allow" if answer.approved else "deny",
+            reason=answer.reason, tier="human",
+        )
+        if not answer.approved or verdict is None:
+            self._refuse(call, answer.reason)
+            return
+        self._execute(call, verdict)
+
+    def _execute(self, call: ToolUseBlock, verdict: Verdict) -> None:
+        """Run an allowed call on a helper thread, after checking it is the one judged."""
         # Right before execution: the call must still be the one the gatekeeper judged.
         if action_hash(call.name, call.input) != verdict.action_hash:  # already known valid
             self._refuse(call, "action hash mismatch: the call changed after it was judged")
@@ -625,6 +701,7 @@ class SessionActor(TetherActor):
         self._idle()
 
     def _record_failure(self, error: str) -> None:
+        self._cancel_interactions(error)
         self._cancel_stream()
         self._add_reminders()
         self.session.fail_turn(error=error)
@@ -647,7 +724,13 @@ class SessionActor(TetherActor):
                 why = reason
             self.session.refuse_tool_call(call_id=call.id, reason=why)
 
+    def _cancel_interactions(self, reason: str) -> None:
+        if self.phase == "approval":
+            self.send(self.subjects.interactions,
+                      CancelInteractions(session_id=self.session_id, reason=reason))
+
     def _kill(self, reason: str) -> None:
+        self._cancel_interactions(reason)
         self._cancel_stream()
         self.reminders = []
         self._refuse_pending("the session was killed before this call finished")

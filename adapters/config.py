@@ -107,6 +107,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     round_limit: PositiveInt = 25
     max_tokens: PositiveInt = 4096
     ask_timeout: PositiveFloat = 5.0
+    approval_timeout: PositiveFloat = 300.0
+    """Seconds a tool-call approval waits for an answer before it counts as a no."""
     deny_tools: list[str] = msgspec.field(default_factory=list)
     deny_commands: list[str] | None = None
     shell_timeout: PositiveFloat = 30.0
@@ -136,6 +138,7 @@ ENV_VARS: Final[dict[str, str]] = {
     "TETHER_ROUND_LIMIT": "round_limit",
     "TETHER_MAX_TOKENS": "max_tokens",
     "TETHER_ASK_TIMEOUT": "ask_timeout",
+    "TETHER_APPROVAL_TIMEOUT": "approval_timeout",
     "TETHER_SHELL_TIMEOUT": "shell_timeout",
     "TETHER_DENY_TOOLS": "deny_tools",
     "TETHER_NATS_SERVER": "nats_server",

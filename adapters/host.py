@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from actors.gatekeeper import GatekeeperActor
 from actors.gatekeeper_policy import Policy
+from actors.interactions import InteractionCoordinatorActor, Tick
 from actors.manager import SessionManagerActor
 from actors.middleware import Gate
 from actors.ports import Clock, Ids, Provider, RandomIds, SystemClock, ToolExecutor
@@ -38,6 +39,7 @@ from adapters.tools import BuiltinTools
 from events.application import TetherApplication
 from events.messages import (
     BarrierCheck,
+    InteractionMessage,
     ManagerMessage,
     RelayedEvent,
     SessionMessage,
@@ -85,6 +87,28 @@ def user_rules_dir() -> str:
     """The user's own TTSR rules folder (``$XDG_CONFIG_HOME/tether/rules``)."""
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     return os.path.join(base, "tether", "rules")
+
+
+class _Ticker:
+    """Tells an actor Tick every second (its timers read the injected clock)."""
+
+    def __init__(self, handle: ActorHandle, period: float = 1.0) -> None:
+        self._handle = handle
+        self._stop = threading.Event()
+        self._period = period
+        self._thread = threading.Thread(target=self._run, name="ticker", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period):
+            try:
+                self._handle.tell(Tick())
+            except Exception:
+                return  # the actor stopped
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 class Host:
@@ -187,6 +211,16 @@ class Host:
             pipeline=self.pipeline,
             clock=self.clock,
         )
+        self.coordinator = system.start(
+            InteractionCoordinatorActor,
+            [Binding(subjects.interactions, InteractionMessage)],
+            app=self.app,
+            clock=self.clock,
+            ids=self.ids,
+            timeout=settings.approval_timeout,
+        )
+        self._ticker = _Ticker(self.coordinator)
+        self._stack.append(self._ticker.stop)
         system.start(
             NotificationRouterActor,
             [
@@ -218,6 +252,7 @@ class Host:
             max_tokens=self.settings.max_tokens,
             ask_timeout=self.settings.ask_timeout,
             workspace_root=self.settings.workspace,
+            approval_timeout=self.settings.approval_timeout,
         )
 
     def spawn_session(self, session_id: str, new: NewSession | None) -> list[ActorHandle]:

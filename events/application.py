@@ -20,6 +20,7 @@ from eventsourcing.utils import get_topic
 
 from events.decisions import ToolDecision
 from events.inbox import RefusedMessage
+from events.interactions import Interaction
 from events.mapper import MsgspecMapper
 from events.session import Session, session_uuid
 from events.supervision import ActorLog, actorlog_uuid
@@ -33,6 +34,7 @@ AGGREGATE_NAMES: dict[type, str] = {
     RuleLog: "rulelog",
     ActorLog: "actorlog",
     RefusedMessage: "refusal",
+    Interaction: "interaction",
 }
 """Short aggregate names used in relayed subjects (``<ns>.evt.<name>.<id>.<event>``)."""
 

@@ -103,7 +103,8 @@ class ErrorReply(Message):
 # --- engine -> connectors ---------------------------------------------------------------
 
 NoticeKind = Literal[
-    "stream", "reply", "tool", "interrupted", "completed", "failed", "status", "error"
+    "stream", "reply", "tool", "interrupted", "completed", "failed", "status", "error",
+    "approval",
 ]
 
 
@@ -246,12 +247,56 @@ class Verdict(Message):
     """Gatekeeper answer to a ToolProposal."""
 
     call_id: str
-    decision: Literal["allow", "deny"]
+    decision: Literal["allow", "deny", "escalate"]
     reason: str
     action_hash: str
     tier: str = "policy"
+    required_tier: int = 0
+    """For ``escalate``: who must decide (2: the LLM evaluator, 3: a person)."""
     writes: list[str] = []
     """Absolute paths the call writes or deletes (snapshotted before it runs)."""
+
+
+# --- interactions -----------------------------------------------------------------------
+
+
+class ApprovalRequest(Message):
+    """Session -> coordinator on ``<ns>.interactions``: ask the session's chat to approve a
+    tool call. Answered with ApprovalResult when someone answers, or it times out."""
+
+    session_id: Token
+    call_id: str
+    tool: str
+    summary: str
+    reason: str
+    channel: Token
+
+
+class ApprovalResult(Message):
+    """Coordinator -> session: the first answer (or the timeout)."""
+
+    call_id: str
+    approved: bool
+    by: str
+    reason: str
+
+
+class InteractionAnswer(Message):
+    """Session -> coordinator: a user answered a pending interaction of this session
+    (``interaction_id`` empty: the oldest pending one)."""
+
+    session_id: Token
+    approved: bool
+    user: str
+    interaction_id: str = ""
+    reason: str = ""
+
+
+class CancelInteractions(Message):
+    """Session -> coordinator: the session failed or was killed; cancel what it waits on."""
+
+    session_id: Token
+    reason: str
 
 
 # --- dead letters -----------------------------------------------------------------------
@@ -289,3 +334,4 @@ ManagerMessage = ListSessions | KillSession | UserMessage
 SessionMessage = UserMessage | Interrupt | KillSession
 MonitorMessage = BarrierCheck
 GatekeeperMessage = ToolProposal
+InteractionMessage = ApprovalRequest | InteractionAnswer | CancelInteractions

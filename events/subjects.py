@@ -44,6 +44,11 @@ class Subjects:
         return f"{self.namespace}.gatekeeper"
 
     @property
+    def interactions(self) -> str:
+        """Approval requests and answers for the interaction coordinator."""
+        return f"{self.namespace}.interactions"
+
+    @property
     def deadletter(self) -> str:
         """Payloads an actor could not accept, with the reason."""
         return f"{self.namespace}.deadletter"

@@ -51,11 +51,11 @@ def test_each_stage_can_decide(tmp_path: Path) -> None:
     assert [s.stage for s in ok.stages] == ["configured", "protection", "tier0", "tier1"]
 
 
-def test_a_call_that_needs_approval_is_denied_and_says_whose(tmp_path: Path) -> None:
+def test_a_call_that_needs_approval_escalates_to_a_person(tmp_path: Path) -> None:
     push = judge(proposal("run_shell", {"command": "git push origin main"}, tmp_path),
                  Policy.from_settings({}), PipelineConfig(home=str(tmp_path)), NOW)
-    assert push.decision == "deny" and push.tier == "escalation"
-    assert "a person (tier 3)" in push.reason and "not available yet" in push.reason
+    assert push.decision == "escalate" and push.tier == "escalation"
+    assert push.required_tier == 3 and "a person (tier 3)" in push.reason
 
 
 def test_configured_protected_files_are_honoured(tmp_path: Path) -> None:

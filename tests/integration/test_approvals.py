@@ -1,0 +1,113 @@
+"""Tier 3: a call that needs approval waits for the chat's answer; first answer wins."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from actors.interactions import Tick
+from actors.ports import ManualClock
+from actors.runtime import ask
+from adapters.anthropic_provider import AnthropicProvider
+from adapters.config import Settings
+from adapters.fake_llm import FakeLLM
+from adapters.host import Host
+from events.messages import Accepted, Killed, KillSession, ToolResultBlock, UserMessage
+
+SCRIPT = """
+responses:
+  - match: "publish"
+    blocks:
+      - tool_use: {name: run_shell, input: {command: "git push origin main"}}
+  - match: "exit code"
+    blocks: [{text: "It ran."}]
+  - match: "refused"
+    blocks: [{text: "It did not run."}]
+"""
+
+
+def start(make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
+          script: str = SCRIPT) -> tuple[Host, ManualClock]:
+    llm = fake_llm(script + script.split("responses:\n", 1)[1] * 3)
+    clock = ManualClock()
+    settings = make_settings(anthropic_base_url=llm.base_url, approval_timeout=300.0)
+    host = Host(settings, provider=AnthropicProvider(None, llm.base_url), clock=clock)
+    return host.start(), clock
+
+
+def say(host: Host, text: str, sid: str = "", user: str = "ana") -> str:
+    return ask(host.bus, host.subjects.inbox,
+               UserMessage(text=text, channel="test", session_id=sid, user=user),
+               Accepted).session_id
+
+
+def result_of(host: Host, sid: str) -> ToolResultBlock:
+    session = host.app.session(sid)
+    assert session is not None
+    return next(b for t in session.history for b in t.content if isinstance(b, ToolResultBlock))
+
+
+def test_approve_runs_and_text_rejects(
+    make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
+    watch_channel: Callable[..., Any],
+) -> None:
+    host, _ = start(make_settings, fake_llm)
+    try:
+        channel = watch_channel(host, "test")
+        sid = say(host, "please publish it")
+        asked = channel.wait_for("approval").text
+        assert "git push origin main" in asked and "a person (tier 3)" in asked
+        interaction = asked.split()[1].rstrip(":")
+        say(host, f"/approve {interaction}", sid, user="bo")
+        channel.wait_for("completed")
+        result = result_of(host, sid)
+        assert "exit code" in result.content  # it ran (git fails outside a repository)
+        decided = [e for e in host.app.session_events(sid)
+                   if type(e).__name__ == "ToolCallDecided"]
+        assert [(e.decision, e.tier) for e in decided] == [("escalate", "escalation"),
+                                                         ("allow", "human")]
+        assert "approved by bo" in decided[-1].reason
+
+        say(host, "publish it again", sid)
+        channel.wait_for("approval")
+        say(host, "no, not on a Friday", sid)  # plain text: a no, with the text as reason
+        channel.wait_for("completed")
+        session = host.app.session(sid)
+        assert session is not None
+        refused = [b for t in session.history for b in t.content
+                   if isinstance(b, ToolResultBlock)][-1]
+        assert refused.is_error and "not on a Friday" in refused.content
+        texts = [e.text for e in host.app.session_events(sid)
+                 if type(e).__name__ == "UserMessageReceived"]
+        assert "no, not on a Friday" not in texts  # the answer never reached the model
+    finally:
+        host.stop()
+
+
+def test_no_answer_in_time_is_a_no_and_a_kill_cancels(
+    make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
+    watch_channel: Callable[..., Any],
+) -> None:
+    host, clock = start(make_settings, fake_llm)
+    try:
+        channel = watch_channel(host, "test")
+        sid = say(host, "please publish it")
+        channel.wait_for("approval")
+        clock.advance(299)
+        host.coordinator.tell(Tick())
+        clock.advance(2)
+        host.coordinator.tell(Tick())
+        assert "expired" in channel.wait_for("approval").text
+        channel.wait_for("completed")
+        assert "no answer within 300 s" in result_of(host, sid).content
+
+        sid2 = say(host, "please publish it")
+        channel.wait_for("approval")
+        ask(host.bus, host.subjects.manager, KillSession(session_id=sid2), Killed)
+        assert "cancelled" in channel.wait_for("approval").text
+        outcomes = [n for n in host.app.recorder.select_notifications(start=1, limit=1000)
+                    if n.topic.endswith("Interaction.Expired")
+                    or n.topic.endswith("Interaction.Cancelled")]
+        assert len(outcomes) == 2
+    finally:
+        host.stop()
