@@ -16,6 +16,8 @@ COMMANDS = {
     "status": "show the session's mode, working directory, messages, tokens and cost",
     "clear": "start a fresh context with the next message (the history stays stored)",
     "dir": "/dir PATH: work in another folder inside the engine's workspace",
+    "approve": "/approve ID: let the tool call waiting for approval run",
+    "deny": "/deny ID [why]: refuse it (any other message while one waits also says no)",
     "plan": "switch to plan mode (not available yet)",
     "edit": "switch to edit mode (not available yet)",
     "help": "list the commands",

@@ -90,10 +90,16 @@ class InteractionCoordinatorActor(TetherActor):
         ))
 
     def _answer(self, answer: InteractionAnswer) -> None:
-        candidates = [
-            (i, p) for i, p in self.pending.items() if p.request.session_id == answer.session_id
-            and (not answer.interaction_id or i == answer.interaction_id)
-        ]
+        mine = [(i, p) for i, p in self.pending.items()
+                if p.request.session_id == answer.session_id]
+        candidates = [(i, p) for i, p in mine
+                      if not answer.interaction_id or i == answer.interaction_id]
+        if not candidates and mine and answer.interaction_id:
+            # "/deny not now": the first word was no id of ours, so it is part of the reason.
+            candidates = mine
+            answer = msgspec.structs.replace(
+                answer, reason=f"{answer.interaction_id} {answer.reason}".strip(),
+                interaction_id="")
         if not candidates:
             log.info("no pending interaction %r for session %s", answer.interaction_id,
                      answer.session_id)

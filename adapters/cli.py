@@ -132,7 +132,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
         host = Host(settings, provider=_provider(settings)).start()
         bus, subjects, close = host.bus, host.subjects, host.stop
-    terminal = TerminalConnector(bus, subjects, workspace=settings.workspace)
+    terminal = TerminalConnector(bus, subjects, workspace=settings.workspace, answer=input)
     terminal.session_id = args.session or ""
     print("tether chat: type a message, Enter to send; Ctrl-D or /quit to leave.", flush=True)
     try:

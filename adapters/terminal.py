@@ -11,6 +11,7 @@ import contextlib
 import os
 import queue
 import sys
+from collections.abc import Callable
 from typing import TextIO
 
 from actors.ports import Bus
@@ -33,12 +34,15 @@ class TerminalConnector:
         channel: str | None = None,
         out: TextIO | None = None,
         workspace: str = "",
+        answer: Callable[[str], str] | None = None,
     ) -> None:
         self.bus = bus
         self.subjects = subjects
         self.channel = channel or f"terminal-{os.getpid()}"
         self.out = out or sys.stdout
         self.workspace = workspace
+        self.answer = answer
+        """Asks the person at the terminal (approvals during a turn); None: nobody to ask."""
         self.session_id = ""
         self._command = False
         self.inbox: queue.Queue[ChannelMessage] = queue.Queue()
@@ -89,12 +93,27 @@ class TerminalConnector:
                 streaming = False
             if msg.kind == "reply":
                 continue  # already shown as it streamed
+            if msg.kind == "approval" and self.answer is not None and msg.text.startswith(
+                "approval "
+            ) and "expired" not in msg.text and "cancelled" not in msg.text:
+                self._line(f"  ? {msg.text}")
+                self._answer_approval(msg.text.split()[1].rstrip(":"))
+                continue
             prefix = {"tool": "  ", "interrupted": "  ! ", "failed": "  x "}.get(msg.kind, "  ")
             self._line(f"{prefix}[{msg.kind}] {msg.text}")
             if msg.kind in TURN_END or msg.kind == "error" or (
                 self._command and msg.kind == "status"
             ):
                 return msg
+
+    def _answer_approval(self, interaction_id: str) -> None:
+        assert self.answer is not None
+        reply = self.answer("approve? [y/N or a reason] ").strip()
+        if reply.lower() in ("y", "yes"):
+            self.say(f"/approve {interaction_id}")
+        else:
+            self.say(f"/deny {interaction_id} {reply}".rstrip())
+        self._command = False  # keep waiting for the turn's end
 
     def _line(self, text: str) -> None:
         self.out.write(text + "\n")

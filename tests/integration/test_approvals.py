@@ -111,3 +111,33 @@ def test_no_answer_in_time_is_a_no_and_a_kill_cancels(
         assert len(outcomes) == 2
     finally:
         host.stop()
+
+
+def test_the_terminal_answers_approvals_during_the_turn_and_reasons_need_no_id(
+    make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
+    watch_channel: Callable[..., Any],
+) -> None:
+    import io
+
+    from adapters.terminal import TerminalConnector
+
+    host, _ = start(make_settings, fake_llm)
+    try:
+        out = io.StringIO()
+        asked: list[str] = []
+        terminal = TerminalConnector(host.bus, host.subjects, channel="term", out=out,
+                                     answer=lambda prompt: asked.append(prompt) or "y")
+        terminal.say("please publish it")
+        assert terminal.print_turn(timeout=30).kind == "completed"
+        assert asked and "approval" in out.getvalue()
+        assert "exit code" in result_of(host, terminal.session_id).content
+
+        channel = watch_channel(host, "test")
+        sid = say(host, "please publish it")
+        channel.wait_for("approval")
+        say(host, "/deny not today please", sid)
+        channel.wait_for("completed")
+        assert "not today please" in result_of(host, sid).content
+        terminal.close()
+    finally:
+        host.stop()
