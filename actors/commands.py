@@ -60,8 +60,11 @@ def status_text(session: Session) -> str:
 def resolve_dir(current: str, requested: str, root: str) -> str | None:
     """The folder ``/dir requested`` means (relative to ``current``), or None when it is
     outside ``root`` or is not a folder."""
-    path = os.path.realpath(os.path.join(current, os.path.expanduser(requested)))
-    root = os.path.realpath(root)
+    try:
+        path = os.path.realpath(os.path.join(current, os.path.expanduser(requested)))
+        root = os.path.realpath(root)
+    except (ValueError, OSError):  # a NUL byte, say: no such folder
+        return None
     if path != root and not path.startswith(root + os.sep):
         return None
     return path if os.path.isdir(path) else None

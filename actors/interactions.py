@@ -90,28 +90,33 @@ class InteractionCoordinatorActor(TetherActor):
         ))
 
     def _answer(self, answer: InteractionAnswer) -> None:
-        mine = [(i, p) for i, p in self.pending.items()
-                if p.request.session_id == answer.session_id]
-        candidates = [(i, p) for i, p in mine
-                      if not answer.interaction_id or i == answer.interaction_id]
-        if not candidates and mine and answer.interaction_id:
-            # "/deny not now": the first word was no id of ours, so it is part of the reason.
-            candidates = mine
-            answer = msgspec.structs.replace(
-                answer, reason=f"{answer.interaction_id} {answer.reason}".strip(),
-                interaction_id="")
-        if not candidates:
-            log.info("no pending interaction %r for session %s", answer.interaction_id,
-                     answer.session_id)
+        mine = {i: p for i, p in self.pending.items()
+                if p.request.session_id == answer.session_id}
+        chosen = answer.interaction_id if answer.interaction_id in mine else None
+        if chosen is None and answer.interaction_id and answer.approved:
+            # An approval must name what it approves: a wrong or expired id approves nothing.
+            self._tell_session(answer, f"no pending approval {answer.interaction_id!r}; "
+                                       "nothing was approved")
             return
-        interaction_id, pending = candidates[0]  # the oldest: first asked, first answered
+        if chosen is None:
+            if answer.interaction_id:  # "/deny not now": the first word was part of the why
+                answer = msgspec.structs.replace(
+                    answer, reason=f"{answer.interaction_id} {answer.reason}".strip())
+            chosen = next((i for i, p in mine.items()
+                           if answer.call_id and p.request.call_id == answer.call_id), None)
+        if chosen is None:
+            self._tell_session(answer, "nothing is waiting for approval")
+            return
+        interaction_id, pending = chosen, mine[chosen]
         reason = answer.reason or ("approved" if answer.approved else "denied")
         by = answer.user
         pending.interaction.answer(approved=answer.approved, by=by, reason=reason)
+        verdict = "approved" if answer.approved else "denied"
         self._settle(interaction_id, ApprovalResult(
             call_id=pending.request.call_id, approved=answer.approved, by=by,
-            reason=f"{'approved' if answer.approved else 'denied'} by {by}: {reason}",
+            reason=f"{verdict} by {by}: {reason}",
         ))
+        self._tell(pending.request, f"approval {interaction_id}: {verdict} by {by}")
 
     def _cancel(self, message: CancelInteractions) -> None:
         for interaction_id, pending in list(self.pending.items()):
@@ -140,6 +145,14 @@ class InteractionCoordinatorActor(TetherActor):
         pending = self.pending.pop(interaction_id)
         self.app.save(pending.interaction)
         self.reply(pending.envelope, result)
+
+    def _tell_session(self, answer: InteractionAnswer, text: str) -> None:
+        known = next((p.request for p in self.pending.values()
+                      if p.request.session_id == answer.session_id), None)
+        if known is not None:
+            self._tell(known, text)
+        else:
+            log.info("session %s: %s", answer.session_id, text)
 
     def _tell(self, request: ApprovalRequest, text: str) -> None:
         self.send(self.subjects.channel_out(request.channel),

@@ -48,7 +48,8 @@ class TokenBucket:
 
     def take(self, now: float) -> float:
         """0 if a token was taken, else the seconds until one is available."""
-        self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
+        # A clock stepped back gives nothing and takes nothing.
+        self.tokens = min(self.burst, self.tokens + max(0.0, now - self.updated) * self.rate)
         self.updated = max(self.updated, now)
         if self.tokens >= 1:
             self.tokens -= 1

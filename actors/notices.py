@@ -6,9 +6,23 @@ shows, or None when the event is not worth a message.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 ARG_PREVIEW = 80
+
+
+APPROVAL_INPUT = 2000
+"""Characters of a tool's input shown when a person is asked to approve it."""
+
+
+def full_input(tool_input: dict[str, Any]) -> str:
+    """A tool's whole input as JSON (up to APPROVAL_INPUT characters, then says how much
+    more there is): what a person must see before approving it."""
+    text = json.dumps(tool_input, ensure_ascii=False, sort_keys=True)
+    if len(text) <= APPROVAL_INPUT:
+        return text
+    return text[:APPROVAL_INPUT] + f"… ({len(text) - APPROVAL_INPUT} more characters)"
 
 
 def preview(tool_input: dict[str, Any]) -> str:

@@ -26,7 +26,7 @@ import pykka
 from actors.commands import Command, help_text, parse_command, resolve_dir, status_text
 from actors.context import DEFAULT_SYSTEM_PROMPT, build_request
 from actors.gatekeeper_policy import action_hash
-from actors.notices import preview
+from actors.notices import full_input
 from actors.ports import (
     MessageDone,
     ModelEvent,
@@ -187,6 +187,7 @@ class SessionActor(TetherActor):
     # --- lifecycle ----------------------------------------------------------------------
 
     def recover(self) -> None:
+        self._cancel_interactions("the session restarted")
         self._cancel_stream()
         session = self.app.session(self.session_id)
         if session is None:
@@ -314,7 +315,7 @@ class SessionActor(TetherActor):
                 interaction, _, why = command.args.partition(" ")
                 self._answer_approval(interaction, approved=name == "approve", message=message,
                                       reason=why.strip())
-                result = f"{'approved' if name == 'approve' else 'denied'}"
+                result = "answer sent"
         elif name in ("plan", "edit"):
             result = f"/{name}: modes are not available yet; the session stays in default mode"
         else:
@@ -331,9 +332,10 @@ class SessionActor(TetherActor):
     def _answer_approval(
         self, interaction_id: str, *, approved: bool, message: UserMessage, reason: str
     ) -> None:
+        waiting = self.tool_queue[0].id if self.tool_queue else ""
         self.send(self.subjects.interactions, InteractionAnswer(
             session_id=self.session_id, interaction_id=interaction_id, approved=approved,
-            user=message.user, reason=reason,
+            user=message.user, reason=reason, call_id=waiting,
         ))
 
     def _start_queued(self) -> None:
@@ -586,7 +588,7 @@ class SessionActor(TetherActor):
             self.subjects.interactions,
             ApprovalRequest(
                 session_id=self.session_id, call_id=call.id, tool=call.name,
-                summary=f"({preview(call.input)})", reason=verdict.reason,
+                summary=full_input(call.input), reason=verdict.reason,
                 channel=self.session.channel,
             ),
             ApprovalResult,
@@ -605,7 +607,8 @@ class SessionActor(TetherActor):
                                     reason=f"nobody could be asked ({result.error})")
         self.session.decide_tool_call(
             call_id=call_id, decision="allow" if answer.approved else "deny",
-            reason=answer.reason, tier="human",
+            reason=answer.reason,
+            tier="human" if answer.by not in ("timeout", "tether") else f"approval-{answer.by}",
         )
         if not answer.approved or verdict is None:
             self._refuse(call, answer.reason)
@@ -730,6 +733,9 @@ class SessionActor(TetherActor):
                       CancelInteractions(session_id=self.session_id, reason=reason))
 
     def _kill(self, reason: str) -> None:
+        if self.phase == "idle":
+            # Others may have appended between turns (``tether undo``): record on top.
+            self.session = self.app.session(self.session_id) or self.session
         self._cancel_interactions(reason)
         self._cancel_stream()
         self.reminders = []

@@ -435,22 +435,34 @@ def cmd_undo(args: argparse.Namespace) -> int:
             print("nothing to undo: no file change recorded"
                   + (f" after event {args.to}" if args.to is not None else ""))
             return 0
-        store = SnapshotStore(os.path.join(settings.state_dir, "snapshots"))
-        paths: list[str] = []
-        for event in reversed(chosen):  # newest first, so the oldest state wins
-            import msgspec
+        import msgspec
+        from eventsourcing.persistence import IntegrityError
 
-            with open(os.path.join(event.folder, MANIFEST), "rb") as fh:
-                snapshot = msgspec.json.decode(fh.read(), type=Snapshot)
-            for path in store.restore(snapshot):
-                print(f"restored {path} (as before event {event.originator_version})")
-                paths.append(path)
+        store = SnapshotStore(os.path.join(settings.state_dir, "snapshots"))
+        snapshots = []
+        for event in reversed(chosen):  # newest first, so the oldest state wins
+            manifest = os.path.join(event.folder, MANIFEST)
+            try:
+                with open(manifest, "rb") as fh:
+                    snapshots.append((event, msgspec.json.decode(fh.read(), type=Snapshot)))
+            except (OSError, msgspec.DecodeError) as exc:
+                raise ConfigError(f"the snapshot {manifest} cannot be read ({exc}); "
+                                  "nothing was restored") from None
+        # Event first: the undo is recorded before any file changes; if the session moved
+        # on meanwhile, nothing is touched.
         session.record_restore(
             snapshot_ids=[e.snapshot_id for e in chosen],
             to_version=args.to if args.to is not None else chosen[0].originator_version - 1,
-            paths=list(dict.fromkeys(paths)),
+            paths=list(dict.fromkeys(e.path for _, s in snapshots for e in s.entries)),
         )
-        app.save(session)
+        try:
+            app.save(session)
+        except IntegrityError:
+            raise ConfigError(f"session {sid} changed while undoing; nothing was restored, "
+                              "try again") from None
+        for event, snapshot in snapshots:
+            for path in store.restore(snapshot):
+                print(f"restored {path} (as before event {event.originator_version})")
     finally:
         app.close()
     return 0

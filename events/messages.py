@@ -282,12 +282,14 @@ class ApprovalResult(Message):
 
 
 class InteractionAnswer(Message):
-    """Session -> coordinator: a user answered a pending interaction of this session
-    (``interaction_id`` empty: the oldest pending one)."""
+    """Session -> coordinator: a user answered. ``interaction_id``, when given, must name
+    a pending interaction of the session; otherwise (and for a no whose first word was
+    not an id) the answer is for ``call_id``, the call the session is waiting on."""
 
     session_id: Token
     approved: bool
     user: str
+    call_id: str = ""
     interaction_id: str = ""
     reason: str = ""
 

@@ -24,3 +24,4 @@ def test_dir_stays_inside_the_root(tmp_path: Path) -> None:
     assert resolve_dir(root, "..", root) is None
     assert resolve_dir(root, "a/link", root) is None  # a symlink out does not count
     assert resolve_dir(root, "missing", root) is None
+    assert resolve_dir(root, "a\x00b", root) is None  # bad input is no folder, not a crash

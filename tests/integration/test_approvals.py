@@ -141,3 +141,30 @@ def test_the_terminal_answers_approvals_during_the_turn_and_reasons_need_no_id(
         terminal.close()
     finally:
         host.stop()
+
+
+def test_a_wrong_id_approves_nothing_and_timeouts_are_not_people(
+    make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
+    watch_channel: Callable[..., Any],
+) -> None:
+    host, clock = start(make_settings, fake_llm)
+    try:
+        channel = watch_channel(host, "test")
+        sid = say(host, "please publish it")
+        asked = channel.wait_for("approval").text
+        say(host, "/approve deadbeef", sid)
+        assert "no pending approval 'deadbeef'" in channel.wait_for("approval").text
+        say(host, "/approve " + asked.split()[1].rstrip(":"), sid)
+        assert "approved by ana" in channel.wait_for("approval").text
+        channel.wait_for("completed")
+
+        sid2 = say(host, "please publish it")
+        channel.wait_for("approval")
+        clock.advance(301)
+        host.coordinator.tell(Tick())
+        channel.wait_for("completed")
+        decided = [e for e in host.app.session_events(sid2)
+                   if type(e).__name__ == "ToolCallDecided"]
+        assert (decided[-1].decision, decided[-1].tier) == ("deny", "approval-timeout")
+    finally:
+        host.stop()
