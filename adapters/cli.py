@@ -176,6 +176,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(_settings(args))
 
 
+@contextlib.contextmanager
+def _store(args: argparse.Namespace) -> Iterator[tuple[Settings, Any]]:
+    """The settings and the event store, closed afterwards."""
+    settings = _settings(args)
+    app = _open_store(settings)
+    try:
+        yield settings, app
+    finally:
+        app.close()
+
+
 def _open_store(settings: Settings) -> Any:
     from adapters.store import open_application
 
@@ -205,6 +216,13 @@ def _caught_up(settings: Settings, app: Any, kind: Any, purpose: str) -> Iterato
         view.close()
 
 
+@contextlib.contextmanager
+def _view_of(args: argparse.Namespace, kind: Any, purpose: str) -> Iterator[Any]:
+    """A read model of the configured store, caught up, closed afterwards."""
+    with _store(args) as (settings, app), _caught_up(settings, app, kind, purpose) as view:
+        yield view
+
+
 def _view(settings: Settings, app: Any) -> list[Any]:
     from projections.session_view import SessionView
 
@@ -215,21 +233,15 @@ def _view(settings: Settings, app: Any) -> list[Any]:
 def cmd_sessions(args: argparse.Namespace) -> int:
     from adapters.render import render_sessions
 
-    settings = _settings(args)
-    app = _open_store(settings)
-    try:
+    with _store(args) as (settings, app):
         print(render_sessions(_view(settings, app)))
-    finally:
-        app.close()
     return 0
 
 
 def cmd_events(args: argparse.Namespace) -> int:
     from adapters.render import render_timeline
 
-    settings = _settings(args)
-    app = _open_store(settings)
-    try:
+    with _store(args) as (settings, app):
         sid = _resolve(app, _view(settings, app), args.session)
         events = app.session_events(sid)
         if args.json:
@@ -241,17 +253,13 @@ def cmd_events(args: argparse.Namespace) -> int:
                 print(msgspec.json.encode(data).decode())
         else:
             print(render_timeline(events))
-    finally:
-        app.close()
     return 0
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from adapters.render import render_session
 
-    settings = _settings(args)
-    app = _open_store(settings)
-    try:
+    with _store(args) as (settings, app):
         sid = _resolve(app, _view(settings, app), args.session)
         session = app.session(sid, version=args.until)
         if session is None:
@@ -259,8 +267,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if args.until is not None and args.until > session.version:
             print(f"(the session has only {session.version} events)")
         print(render_session(session))
-    finally:
-        app.close()
     return 0
 
 
@@ -332,9 +338,7 @@ def cmd_rules_test(args: argparse.Namespace) -> int:
     from actors.ttsr_whatif import what_if
     from adapters.host import user_rules_dir
 
-    settings = _settings(args)
-    app = _open_store(settings)
-    try:
+    with _store(args) as (settings, app):
         sid = _resolve(app, _view(settings, app), args.session)
         session = app.session(sid)
         assert session is not None
@@ -350,27 +354,20 @@ def cmd_rules_test(args: argparse.Namespace) -> int:
         for hit in hits:
             print(f"  event {hit.version:>4}  turn {hit.turn:>3}  {hit.action:<9} "
                   f"{hit.rule}  in {hit.source} at {hit.offset}")
-    finally:
-        app.close()
     return 0
 
 
 def cmd_rules_injections(args: argparse.Namespace) -> int:
     from projections.injection_records import InjectionRecords
 
-    settings = _settings(args)
-    app = _open_store(settings)
-    try:
-        with _caught_up(settings, app, InjectionRecords, "injections") as view:
-            records = view.records(args.session)
-        if not records:
-            print("no rule has fired yet")
-        for r in records:
-            how = "reminded after the turn" if r.deferred else "interrupted"
-            print(f"{r.at}  {r.session_id}  turn {r.turn:>3}  {r.rule:<20} {how} "
-                  f"({r.source} at {r.offset_end})")
-    finally:
-        app.close()
+    with _view_of(args, InjectionRecords, "injections") as view:
+        records = view.records(args.session)
+    if not records:
+        print("no rule has fired yet")
+    for r in records:
+        how = "reminded after the turn" if r.deferred else "interrupted"
+        print(f"{r.at}  {r.session_id}  turn {r.turn:>3}  {r.rule:<20} {how} "
+              f"({r.source} at {r.offset_end})")
     return 0
 
 
@@ -379,18 +376,13 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     from projections.audit_index import AuditIndex
 
-    settings = _settings(args)
-    app = _open_store(settings)
-    try:
-        with _caught_up(settings, app, AuditIndex, "audit") as view:
-            if args.refused:
-                refused = view.refusals(args.user)
-            else:
-                entries = view.query(session=args.session, user=args.user, tool=args.tool,
-                                     verdict=args.verdict, tier=args.tier, since=args.since,
-                                     until=args.until)
-    finally:
-        app.close()
+    with _view_of(args, AuditIndex, "audit") as view:
+        if args.refused:
+            refused = view.refusals(args.user)
+        else:
+            entries = view.query(session=args.session, user=args.user, tool=args.tool,
+                                 verdict=args.verdict, tier=args.tier, since=args.since,
+                                 until=args.until)
     if args.refused:
         for r in refused:
             print(msgspec.json.encode(r).decode() if args.json else
@@ -415,9 +407,7 @@ def cmd_undo(args: argparse.Namespace) -> int:
     from actors.ports import Snapshot
     from adapters.snapshots import MANIFEST, SnapshotStore
 
-    settings = _settings(args)
-    app = _open_store(settings)
-    try:
+    with _store(args) as (settings, app):
         sid = _resolve(app, _view(settings, app), args.session)
         session = app.session(sid)
         assert session is not None
@@ -463,8 +453,6 @@ def cmd_undo(args: argparse.Namespace) -> int:
         for event, snapshot in snapshots:
             for path in store.restore(snapshot):
                 print(f"restored {path} (as before event {event.originator_version})")
-    finally:
-        app.close()
     return 0
 
 

@@ -13,16 +13,17 @@ from typing import Any, cast
 import pytest
 
 from actors.ports import ToolOutput
-from actors.runtime import ActorSystem, Binding, Envelope, TetherActor, ask
+from actors.runtime import ActorSystem, Binding, Envelope, TetherActor
 from adapters.anthropic_provider import AnthropicProvider
 from adapters.config import Settings
 from adapters.fake_llm import FakeLLM
 from adapters.host import Host
 from adapters.nats_bus import NatsBus
 from adapters.tools import BuiltinTools
-from events.messages import Accepted, Message, UserMessage
+from events.messages import Message
 from events.subjects import Subjects
 from tests.conftest import ChannelWatcher
+from tests.helpers import say
 
 SCRIPT = """
 responses:
@@ -52,15 +53,6 @@ class FlakyTools:
         return self._inner.execute(name, tool_input, workspace)
 
 
-def _say(host: Host, text: str, session_id: str = "") -> str:
-    accepted = ask(
-        host.bus,
-        host.subjects.inbox,
-        UserMessage(text=text, channel="test", session_id=session_id),
-        Accepted,
-        timeout=10,
-    )
-    return accepted.session_id
 
 
 def test_a_failing_session_handler_is_recorded_and_the_session_recovers(
@@ -79,7 +71,7 @@ def test_a_failing_session_handler_is_recorded_and_the_session_recovers(
     host.start()
     channel = ChannelWatcher(host.bus, host.subjects.channel_out("test"))
     try:
-        sid = _say(host, "the first message")
+        sid = say(host, "the first message")
         # The handler raised: the turn it was running is reported as failed...
         failed = channel.wait_for("failed")
         assert failed.session_id == sid and "restart" in failed.text
@@ -96,7 +88,7 @@ def test_a_failing_session_handler_is_recorded_and_the_session_recovers(
         assert llm.requests == []  # the model was never called for the failed turn
 
         # ...and the restarted actor serves the next message to completion.
-        assert _say(host, "the second message", sid) == sid
+        assert say(host, "the second message", sid) == sid
         done = channel.wait_for("completed")
         assert done.session_id == sid
         assert [m.text for m in channel.seen if m.kind == "reply"] == ["All good now."]

@@ -12,7 +12,8 @@ from adapters.anthropic_provider import AnthropicProvider
 from adapters.config import Settings
 from adapters.fake_llm import FakeLLM
 from adapters.host import Host
-from events.messages import Accepted, Killed, KillSession, ToolResultBlock, UserMessage
+from events.messages import Killed, KillSession, ToolResultBlock
+from tests.helpers import say as say_as
 
 SCRIPT = """
 responses:
@@ -35,10 +36,9 @@ def start(make_settings: Callable[..., Settings], fake_llm: Callable[[str], Fake
     return host.start(), clock
 
 
+
 def say(host: Host, text: str, sid: str = "", user: str = "ana") -> str:
-    return ask(host.bus, host.subjects.inbox,
-               UserMessage(text=text, channel="test", session_id=sid, user=user),
-               Accepted).session_id
+    return say_as(host, text, sid, user=user)
 
 
 def result_of(host: Host, sid: str) -> ToolResultBlock:

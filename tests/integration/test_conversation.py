@@ -8,10 +8,10 @@ from typing import Any
 
 import msgspec
 
-from actors.runtime import ask
 from adapters.fake_llm import FakeLLM
 from adapters.host import Host
-from events.messages import Accepted, RelayedEvent, TextBlock, ToolResultBlock, UserMessage
+from events.messages import RelayedEvent, TextBlock, ToolResultBlock
+from tests.helpers import say
 
 SCRIPT = """
 responses:
@@ -46,15 +46,6 @@ Finish the work instead of leaving a TODO.
 """
 
 
-def _say(host: Host, text: str, session_id: str = "") -> str:
-    accepted = ask(
-        host.bus,
-        host.subjects.inbox,
-        UserMessage(text=text, channel="test", session_id=session_id),
-        Accepted,
-        timeout=10,
-    )
-    return accepted.session_id
 
 
 def _relayed(host: Host, session_id: str, expected: int) -> list[RelayedEvent]:
@@ -92,7 +83,7 @@ def test_whole_conversation(
     channel = watch_channel(host, "test")
 
     # 1. A streamed reply and an allowed tool call that runs in the workspace.
-    sid = _say(host, "please read the readme")
+    sid = say(host, "please read the readme")
     channel.wait_for("completed")
     streamed = "".join(m.text for m in channel.seen if m.kind == "stream")
     assert "Let me look at the readme." in streamed
@@ -101,13 +92,13 @@ def test_whole_conversation(
     assert any(m.kind == "tool" and "read_file" in m.text for m in channel.seen)
 
     # 2. A path outside the workspace is denied, and the model is told so.
-    _say(host, "now read the password file", sid)
+    say(host, "now read the password file", sid)
     channel.wait_for("completed")
     denied = [m.text for m in channel.seen if m.kind == "tool" and "denied" in m.text]
     assert denied and "outside the workspace" in denied[-1]
 
     # 3. A TTSR rule interrupts the reply; the retried reply is what is stored.
-    _say(host, "write the helper", sid)
+    say(host, "write the helper", sid)
     channel.wait_for("completed")
     assert any(m.kind == "interrupted" and "no-todo" in m.text for m in channel.seen)
 

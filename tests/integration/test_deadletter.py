@@ -30,16 +30,15 @@ from adapters.host import Host
 from adapters.nats_server import EmbeddedNats, find_nats_server
 from events.codec import MAX_PAYLOAD, Decoder
 from events.messages import (
-    Accepted,
     DeadLetter,
     ErrorReply,
     ListSessions,
     SessionList,
     ToolProposal,
-    UserMessage,
     Verdict,
 )
 from tests.conftest import ChannelWatcher
+from tests.helpers import say
 
 SCRIPT = """
 responses:
@@ -55,15 +54,6 @@ NOT_JSON = b"\xff\xfe this is not json {"
 UNKNOWN_TAG = b'{"type": "no_such_message", "text": "hi"}'
 
 
-def _say(host: Host, text: str, session_id: str = "") -> str:
-    accepted = ask(
-        host.bus,
-        host.subjects.inbox,
-        UserMessage(text=text, channel="test", session_id=session_id),
-        Accepted,
-        timeout=10,
-    )
-    return accepted.session_id
 
 
 class DeadLetters:
@@ -118,7 +108,7 @@ def test_garbage_on_every_subject_is_dead_lettered_and_actors_carry_on(
     channel = watch_channel(host, "test")
     letters = DeadLetters(host)
     try:
-        sid = _say(host, "the first message")
+        sid = say(host, "the first message")
         channel.wait_for("completed")
         s = host.subjects
         ns = s.namespace
@@ -237,7 +227,7 @@ def test_garbage_on_every_subject_is_dead_lettered_and_actors_carry_on(
             timeout=10,
         )
         assert verdict.call_id == "call-after-garbage" and verdict.decision == "allow"
-        assert _say(host, "the second message", sid) == sid
+        assert say(host, "the second message", sid) == sid
         done = channel.wait_for("completed")
         assert done.session_id == sid
         replies = [m.text for m in channel.seen if m.kind == "reply"]
@@ -305,7 +295,7 @@ def test_payload_over_the_limit_is_dead_lettered_unread(
 
         channel = ChannelWatcher(host.bus, host.subjects.channel_out("test"))
         try:
-            sid = _say(host, "the first message")
+            sid = say(host, "the first message")
             assert channel.wait_for("completed").session_id == sid
         finally:
             channel.close()

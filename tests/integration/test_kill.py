@@ -8,7 +8,8 @@ from typing import Any
 from actors.runtime import ask
 from adapters.fake_llm import FakeLLM
 from adapters.host import Host
-from events.messages import Accepted, Killed, KillSession, UserMessage
+from events.messages import Killed, KillSession
+from tests.helpers import say
 
 LONG_TEXT = "This is a very long story that keeps going and going. " * 20
 
@@ -29,15 +30,6 @@ responses:
 """
 
 
-def _say(host: Host, text: str, session_id: str = "") -> str:
-    accepted = ask(
-        host.bus,
-        host.subjects.inbox,
-        UserMessage(text=text, channel="test", session_id=session_id),
-        Accepted,
-        timeout=10,
-    )
-    return accepted.session_id
 
 
 def _event_names(host: Host, sid: str) -> list[str]:
@@ -54,7 +46,7 @@ def test_kill_mid_stream_stops_the_model_call(
     host = make_host(llm, database_url=database_url)
     channel = watch_channel(host, "test")
 
-    sid = _say(host, "please tell me a long story")
+    sid = say(host, "please tell me a long story")
     channel.wait_for("stream")  # the reply is streaming
     killed = ask(host.bus, host.subjects.manager, KillSession(session_id=sid), Killed, 10)
     assert killed.session_id == sid and killed.found
@@ -84,7 +76,7 @@ def test_a_stream_cut_short_fails_the_turn_and_the_session_carries_on(
     host = make_host(llm, database_url=database_url)
     channel = watch_channel(host, "test")
 
-    sid = _say(host, "please cut me short")
+    sid = say(host, "please cut me short")
     failed = channel.wait_for("failed")
     assert failed.session_id == sid
     assert "ended before message_stop" in failed.text and "incomplete" in failed.text
@@ -97,7 +89,7 @@ def test_a_stream_cut_short_fails_the_turn_and_the_session_carries_on(
     assert len(turn_failed) == 1 and "message_stop" in turn_failed[0].error
     assert "AssistantMessageAppended" not in _event_names(host, sid)
 
-    assert _say(host, "please try again", sid) == sid
+    assert say(host, "please try again", sid) == sid
     done = channel.wait_for("completed")
     assert done.session_id == sid
     assert [m.text for m in channel.seen if m.kind == "reply"] == ["This one is complete."]

@@ -14,7 +14,8 @@ from typing import Any
 from actors.runtime import ask
 from adapters.fake_llm import FakeLLM
 from adapters.host import Host
-from events.messages import Accepted, Killed, KillSession, ToolResultBlock, UserMessage
+from events.messages import Killed, KillSession, ToolResultBlock
+from tests.helpers import say
 
 SCRIPT = """
 responses:
@@ -35,12 +36,6 @@ responses:
 """
 
 
-def _say(host: Host, text: str, session_id: str = "") -> str:
-    return ask(host.bus, host.subjects.inbox,
-               UserMessage(text=text, channel="test", session_id=session_id),
-               Accepted, timeout=10).session_id
-
-
 def test_a_message_sent_mid_turn_is_stored_at_once_and_answered_after(
     database_url: str,
     fake_llm: Callable[[str], FakeLLM],
@@ -49,9 +44,9 @@ def test_a_message_sent_mid_turn_is_stored_at_once_and_answered_after(
 ) -> None:
     host = make_host(fake_llm(SCRIPT), database_url=database_url)
     channel = watch_channel(host, "test")
-    sid = _say(host, "the first question")
+    sid = say(host, "the first question")
     channel.wait_for("stream")
-    assert _say(host, "the second question", sid) == sid  # accepted once stored
+    assert say(host, "the second question", sid) == sid  # accepted once stored
 
     names = [type(e).__name__ for e in host.app.session_events(sid)]
     assert "UserMessageQueued" in names  # durable before the first turn ended
@@ -73,7 +68,7 @@ def test_kill_while_a_tool_runs_keeps_the_history_valid(
     llm = fake_llm(SCRIPT)
     host = make_host(llm, shell_timeout=60.0)
     channel = watch_channel(host, "test")
-    sid = _say(host, "please run the slow job")
+    sid = say(host, "please run the slow job")
     tool = channel.wait_for("tool")
     assert "run_shell" in tool.text
     started = workspace / "started"
@@ -91,7 +86,7 @@ def test_kill_while_a_tool_runs_keeps_the_history_valid(
     assert "killed" in results[0].content and "outcome is unknown" in results[0].content
 
     # The killed session can be continued, and the model accepts its history.
-    _say(host, "continue please", sid)
+    say(host, "continue please", sid)
     channel.wait_for("completed")
     assert [m.text for m in channel.seen if m.kind == "reply"][-1] == "Picking up after the kill."
 
@@ -110,7 +105,7 @@ def test_a_stored_queued_message_is_taken_up_when_the_session_starts(
     host.app.save(stored)
 
     channel = watch_channel(host, "test")
-    _say(host, "the second question", "left1")
+    say(host, "the second question", "left1")
     channel.wait_for("completed")
     channel.wait_for("completed")
     replies = [m.text for m in channel.seen if m.kind == "reply"]

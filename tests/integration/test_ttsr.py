@@ -15,14 +15,14 @@ from typing import Any
 
 import msgspec
 
-from actors.runtime import ask
 from actors.ttsr_policy import TtsrSettings
 from actors.ttsr_rules import load_rules
 from actors.ttsr_whatif import what_if
 from adapters.fake_llm import FakeLLM
 from adapters.host import Host
-from events.messages import Accepted, TextBlock, ToolUseBlock, UserMessage
+from events.messages import TextBlock, ToolUseBlock
 from events.session import Session
+from tests.helpers import say
 
 
 def rule(folder: Path, name: str, trigger: str, body: str = "Follow the rule.", **extra: Any
@@ -34,11 +34,6 @@ def rule(folder: Path, name: str, trigger: str, body: str = "Follow the rule.", 
                     + f"\n---\n{body}\n")
     return path
 
-
-def say(host: Host, text: str, sid: str = "") -> str:
-    return ask(host.bus, host.subjects.inbox,
-               UserMessage(text=text, channel="test", session_id=sid), Accepted,
-               timeout=10).session_id
 
 
 def texts(session: Session, role: str = "assistant") -> list[str]:
