@@ -21,6 +21,8 @@ from events.messages import Accepted, ChannelMessage, UserMessage
 from events.subjects import Subjects
 
 TURN_END = ("completed", "failed")
+QUESTION = ": may I run "
+"""What marks an approval notice as a question (not its outcome)."""
 
 
 class TerminalConnector:
@@ -93,9 +95,7 @@ class TerminalConnector:
                 streaming = False
             if msg.kind == "reply":
                 continue  # already shown as it streamed
-            if msg.kind == "approval" and self.answer is not None and msg.text.startswith(
-                "approval "
-            ) and "expired" not in msg.text and "cancelled" not in msg.text:
+            if msg.kind == "approval" and self.answer is not None and QUESTION in msg.text:
                 self._line(f"  ? {msg.text}")
                 self._answer_approval(msg.text.split()[1].rstrip(":"))
                 continue

@@ -129,7 +129,8 @@ def test_the_terminal_answers_approvals_during_the_turn_and_reasons_need_no_id(
                                      answer=lambda prompt: asked.append(prompt) or "y")
         terminal.say("please publish it")
         assert terminal.print_turn(timeout=30).kind == "completed"
-        assert asked and "approval" in out.getvalue()
+        assert len(asked) == 1 and "approval" in out.getvalue()  # asked once, not again
+        assert "approved by" in out.getvalue()
         assert "exit code" in result_of(host, terminal.session_id).content
 
         channel = watch_channel(host, "test")
