@@ -12,18 +12,32 @@ LLM evaluator) is not built yet, so what would go to it goes to a person too.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 from typing import Any
 
 import msgspec
+import pykka
 
 from actors.gatekeeper_policy import Policy, action_hash
-from actors.ports import Clock, SystemClock
+from actors.ports import (
+    Clock,
+    Ids,
+    MessageDone,
+    ModelRequest,
+    Provider,
+    ProviderError,
+    RandomIds,
+    SystemClock,
+)
+from actors.pricing import cost_usd
 from actors.runtime import ActorSystem, Envelope, TetherActor
 from actors.security import ActionRequest, PipelineConfig, evaluate
+from actors.tier2 import Tier2Budget, Tier2Settings, read_review, review_request
 from events.application import TetherApplication
 from events.decisions import StageRecord, ToolDecision, decision_uuid
-from events.messages import ToolProposal, Verdict
+from events.messages import TextBlock, ToolProposal, Usage, Verdict
 
 APPROVERS = {2: "the LLM evaluator (tier 2)", 3: "a person (tier 3)"}
 
@@ -66,16 +80,49 @@ def judge(
     if evaluation.verdict == "escalate":
         needed = evaluation.required_tier or 3
         reason = f"{evaluation.reason}; it needs approval by {APPROVERS.get(needed, needed)}"
-        if needed == 2:
-            reason += " (not built yet: a person is asked instead)"
         return Judgement("escalate", reason, "escalation", stages,
-                         list(dict.fromkeys(writes)), 3)
+                         list(dict.fromkeys(writes)), needed)
     return Judgement(evaluation.verdict, evaluation.reason, evaluation.deciding_stage, stages,
                      list(dict.fromkeys(writes)))
 
 
+class ReviewDone(msgspec.Struct):
+    """A tier-2 review finished (``text``: the reviewer's answer) or failed (``error``)."""
+
+    canary: str
+    text: str = ""
+    usage: Usage = msgspec.field(default_factory=Usage)
+    error: str = ""
+
+
+async def run_review(provider: Provider, request: ModelRequest, canary: str,
+                     timeout: float, ref: pykka.ActorRef[Any]) -> None:
+    """Ask the reviewer on the bus loop; the answer goes back to the gatekeeper."""
+    try:
+        async with asyncio.timeout(timeout):
+            done: MessageDone | None = None
+            async for event in provider.stream(request):
+                if isinstance(event, MessageDone):
+                    done = event
+        text = "".join(b.text for b in done.content if isinstance(b, TextBlock)) if done else ""
+        result = ReviewDone(canary, text, done.usage if done else Usage())
+    except TimeoutError:
+        result = ReviewDone(canary, error=f"the reviewer did not answer within {timeout:g} s")
+    except ProviderError as exc:
+        result = ReviewDone(canary, error=f"the reviewer could not be asked: {exc}")
+    with contextlib.suppress(pykka.ActorDeadError):
+        ref.tell(result)
+
+
+class _Waiting(msgspec.Struct):
+    proposal: ToolProposal
+    envelope: Envelope | None
+    judged: Judgement
+
+
 class GatekeeperActor(TetherActor):
-    """Applies :func:`judge` to ToolProposals and records each decision."""
+    """Applies :func:`judge` to ToolProposals, asks tier 2 when enabled and needed, and
+    records each decision."""
 
     def __init__(
         self,
@@ -85,14 +132,25 @@ class GatekeeperActor(TetherActor):
         policy: Policy,
         pipeline: PipelineConfig | None = None,
         clock: Clock | None = None,
+        provider: Provider | None = None,
+        tier2: Tier2Settings | None = None,
+        canaries: Ids | None = None,
     ) -> None:
         super().__init__(system)
         self.app = app
         self.policy = policy
         self.pipeline = pipeline or PipelineConfig()
         self.clock = clock or SystemClock()
+        self.provider = provider
+        self.tier2 = tier2 or Tier2Settings()
+        self.canaries = canaries or RandomIds()
+        self.budget = Tier2Budget(self.tier2, self.clock.now())
+        self.waiting: dict[str, _Waiting] = {}
 
     def handle(self, message: Any, envelope: Envelope | None) -> None:
+        if isinstance(message, ReviewDone):
+            self._reviewed(message)
+            return
         if not isinstance(message, ToolProposal):
             return
         digest = action_hash(message.tool, message.input)
@@ -100,13 +158,61 @@ class GatekeeperActor(TetherActor):
             decision_uuid(message.session_id, message.call_id, digest), ToolDecision
         )
         judged = judge(message, self.policy, self.pipeline, self.clock.now())
-        writes, required = judged.writes, judged.required_tier
         if existing is not None:
             # A re-sent proposal keeps its first decision (the audit record is immutable).
-            decision, reason, tier = existing.decision, existing.reason, existing.tier
+            judged = msgspec.structs.replace(
+                judged, decision=existing.decision, reason=existing.reason, tier=existing.tier
+            )
+            self._answer(message, envelope, judged, record=False)
+        elif judged.decision == "escalate" and judged.required_tier == 2:
+            self._review(message, envelope, judged)
         else:
-            decision, reason, tier = judged.decision, judged.reason, judged.tier
-            record = ToolDecision(
+            self._answer(message, envelope, judged)
+
+    def _review(self, proposal: ToolProposal, envelope: Envelope | None,
+                judged: Judgement) -> None:
+        refusal = self.budget.refusal(self.clock.now())
+        if refusal is not None or self.provider is None:
+            self._fail(proposal, envelope, judged, refusal or "no reviewer is configured")
+            return
+        canary = f"canary-{self.canaries.new()}"
+        self.waiting[canary] = _Waiting(proposal, envelope, judged)
+        request = review_request(proposal.tool, proposal.input, judged.reason, canary,
+                                 self.tier2)
+        provider, timeout, ref = self.provider, self.tier2.timeout, self.actor_ref
+        self.bus.spawn(lambda: run_review(provider, request, canary, timeout, ref))
+
+    def _reviewed(self, done: ReviewDone) -> None:
+        waiting = self.waiting.pop(done.canary, None)
+        if waiting is None:
+            return
+        self.budget.spend(cost_usd(self.tier2.model, done.usage))
+        review = read_review(done.text, done.canary) if not done.error else done.error
+        if isinstance(review, str):
+            self._fail(waiting.proposal, waiting.envelope, waiting.judged, review)
+            return
+        reason = f"tier 2: {review.reason}"
+        stages = [*waiting.judged.stages, StageRecord("tier2", review.verdict, reason, 2)]
+        self._answer(waiting.proposal, waiting.envelope, msgspec.structs.replace(
+            waiting.judged, decision=review.verdict, reason=reason, tier="tier2",
+            stages=stages))
+
+    def _fail(self, proposal: ToolProposal, envelope: Envelope | None, judged: Judgement,
+              problem: str) -> None:
+        """The review could not be had: fail open or closed, as configured, and say so."""
+        opened = self.tier2.on_failure == "open"
+        decision = "allow" if opened else "deny"
+        reason = f"{problem}; tier 2 failed {'open' if opened else 'closed'}"
+        stages = [*judged.stages, StageRecord("tier2", decision, reason, 2)]
+        self._answer(proposal, envelope, msgspec.structs.replace(
+            judged, decision=decision, reason=reason, tier="tier2", stages=stages))
+
+    def _answer(self, message: ToolProposal, envelope: Envelope | None, judged: Judgement,
+                record: bool = True) -> None:
+        digest = action_hash(message.tool, message.input)
+        decision, reason, tier = judged.decision, judged.reason, judged.tier
+        if record:
+            decided = ToolDecision(
                 call_id=message.call_id,
                 session_id=message.session_id,
                 tool=message.tool,
@@ -116,8 +222,8 @@ class GatekeeperActor(TetherActor):
                 reason=reason,
                 tier=tier,
             )
-            record.record_stages(stages=judged.stages)
-            self.app.save(record)
+            decided.record_stages(stages=judged.stages)
+            self.app.save(decided)
         self.reply(
             envelope,
             Verdict(
@@ -127,7 +233,7 @@ class GatekeeperActor(TetherActor):
                 reason=reason,
                 action_hash=digest,
                 tier=tier,
-                writes=writes,
-                required_tier=required if decision == "escalate" else 0,
+                writes=judged.writes,
+                required_tier=judged.required_tier if decision == "escalate" else 0,
             ),
         )

@@ -89,6 +89,8 @@ class SessionConfig(msgspec.Struct, kw_only=True):
     ask_timeout: float = 5.0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     approval_timeout: float = 300.0
+    verdict_timeout: float = 0.0
+    """How long to wait for the gatekeeper (0: ask_timeout); longer when tier 2 reviews."""
     workspace_root: str = ""
     """The folder ``/dir`` may not leave (the engine's workspace); empty: the session's."""
 
@@ -549,7 +551,7 @@ class SessionActor(TetherActor):
             ),
             Verdict,
             tag=f"verdict:{call.id}",
-            timeout=self.config.ask_timeout,
+            timeout=self.config.verdict_timeout or self.config.ask_timeout,
         )
 
     def _last_stop(self) -> str:

@@ -36,6 +36,7 @@ import msgspec
 
 from actors.middleware import MiddlewareSettings
 from actors.security import ProtectionConfig
+from actors.tier2 import Tier2Settings
 from actors.ttsr_policy import TtsrSettings
 
 __all__ = [
@@ -117,6 +118,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The gatekeeper's tier-0 policy (YAML); empty: the built-in default policy."""
     ttsr: TtsrSettings = msgspec.field(default_factory=TtsrSettings)
     middleware: MiddlewareSettings = msgspec.field(default_factory=MiddlewareSettings)
+    tier2: Tier2Settings = msgspec.field(default_factory=Tier2Settings)
+    """The ``[tier2]`` table: enabled, model, on_failure, rate_per_minute,
+    daily_budget_usd, timeout, max_tokens."""
     protection: ProtectionSettings = msgspec.field(default_factory=lambda: ProtectionSettings())
     """The ``[protection]`` table: identity_files, memory_files, config_files (workspace-
     relative globs), memory_min_tier, config_min_tier, confine_shell_reads."""

@@ -122,6 +122,7 @@ class Host:
         tools: ToolExecutor | None = None,
         ids: Ids | None = None,
         clock: Clock | None = None,
+        canaries: Ids | None = None,
         start_actors: bool = True,
     ) -> None:
         self.settings = settings
@@ -129,6 +130,7 @@ class Host:
         self.tools = tools or BuiltinTools(timeout=settings.shell_timeout, env=tool_environment())
         self.ids = ids or RandomIds()
         self.clock = clock or SystemClock()
+        self.canaries = canaries or RandomIds()
         self.start_actors = start_actors
         self.subjects = Subjects(settings.namespace)
         self.nats: EmbeddedNats | None = None
@@ -159,7 +161,8 @@ class Host:
         # A malformed policy stops the start here, naming the file and line: it never
         # falls back to allowing everything.
         policy = load_policy(settings.policy_file) if settings.policy_file else default_policy()
-        self.pipeline = PipelineConfig(policy=policy, protection=settings.protection)
+        self.pipeline = PipelineConfig(policy=policy, protection=settings.protection,
+                                       tier2_enabled=settings.tier2.enabled)
         # The SDK import is slow (seconds): run it beside the rest of the start, and finish
         # it before any actor can call the model, so it never freezes the bus loop.
         prepare = getattr(self.provider, "prepare", None)
@@ -210,6 +213,9 @@ class Host:
             policy=Policy.from_settings(policy_settings),
             pipeline=self.pipeline,
             clock=self.clock,
+            provider=self.provider,
+            tier2=settings.tier2,
+            canaries=self.canaries,
         )
         self.coordinator = system.start(
             InteractionCoordinatorActor,
@@ -251,6 +257,8 @@ class Host:
             round_limit=self.settings.round_limit,
             max_tokens=self.settings.max_tokens,
             ask_timeout=self.settings.ask_timeout,
+            verdict_timeout=self.settings.ask_timeout + (
+                self.settings.tier2.timeout if self.settings.tier2.enabled else 0.0),
             workspace_root=self.settings.workspace,
             approval_timeout=self.settings.approval_timeout,
         )
