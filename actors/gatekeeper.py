@@ -5,9 +5,11 @@ load. :func:`judge` is the pure decision: the action hash is checked, the config
 lists apply, then the security pipeline (enrichment, protection, tier-0 policy, tier-1
 heuristics: :mod:`actors.security`). Each decision is stored as a
 :class:`events.decisions.ToolDecision` aggregate with every stage's result before the
-Verdict is sent. A call that needs approval gets an ``escalate`` verdict naming the tier;
-the session then asks a person through the interaction coordinator (tier 3). Tier 2 (an
-LLM evaluator) is not built yet, so what would go to it goes to a person too.
+Verdict is sent. A call that needs tier 2 is reviewed by a model when ``[tier2]`` is
+enabled (:mod:`actors.tier2`; the review runs on the bus loop and comes back as a
+message); one that needs a person gets an ``escalate`` verdict and the session asks
+through the interaction coordinator (tier 3). With tier 2 off, what would go to it asks a
+person.
 """
 
 from __future__ import annotations
@@ -110,6 +112,8 @@ async def run_review(provider: Provider, request: ModelRequest, canary: str,
         result = ReviewDone(canary, error=f"the reviewer did not answer within {timeout:g} s")
     except ProviderError as exc:
         result = ReviewDone(canary, error=f"the reviewer could not be asked: {exc}")
+    except Exception as exc:  # any failure must come back, or the call waits for nothing
+        result = ReviewDone(canary, error=f"the review failed: {type(exc).__name__}: {exc}")
     with contextlib.suppress(pykka.ActorDeadError):
         ref.tell(result)
 
