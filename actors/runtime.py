@@ -198,12 +198,14 @@ class ActorHandle:
         """In-process tell (for the actor's own helpers and the runtime)."""
         self.ref.tell(message)
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 5.0, wait: bool = True) -> None:
+        """Unbind, then stop the actor after the messages already queued; ``wait`` blocks
+        until it has (shutdown), else returns at once (an actor stopping another)."""
         for sub in self.subscriptions:
             sub.close()
         if self.ref.is_alive():
             try:
-                self.ref.stop(block=True, timeout=timeout)
+                self.ref.stop(block=wait, timeout=timeout if wait else None)
             except pykka.ActorDeadError:
                 pass
             except pykka.Timeout:
@@ -292,8 +294,9 @@ class ActorSystem:
             self.bus.publish(msg.reply, encode(ErrorReply(error="bad_request", reason=reason)))
 
     def forget(self, handle: ActorHandle) -> None:
-        """Stop one actor and drop it from the system."""
-        handle.stop()
+        """Stop one actor and drop it from the system, without waiting for it (this is
+        called from other actors' handlers, which must not block)."""
+        handle.stop(wait=False)
         with self._lock:
             if handle in self._handles:
                 self._handles.remove(handle)

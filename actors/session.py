@@ -266,10 +266,7 @@ class SessionActor(TetherActor):
             self._answer_approval("", approved=False, message=message, reason=message.text)
             self.reply(envelope, accepted)
             return
-        if self.phase == "idle":
-            # Between turns others may append to the session (``tether undo``): start from
-            # what is stored, not from what this actor last saw.
-            self.session = self.app.session(self.session_id) or self.session
+        self._refresh()
         if self.phase != "idle" or self.session.queued:
             self.session.queue_user_message(
                 text=message.text, channel=message.channel, user=message.user
@@ -283,11 +280,16 @@ class SessionActor(TetherActor):
         self.reply(envelope, accepted)
         self._begin_turn()
 
+    def _refresh(self) -> None:
+        """Between turns others may append to the session (``tether undo``): take their
+        events before recording more, so nothing is overwritten."""
+        if self.phase == "idle":
+            self.session = self.app.catch_up(self.session)
+
     def _run_command(self, command: Command, message: UserMessage) -> None:
         """Handle a chat command: never stored as a user message, never sent to the model;
         what it did is recorded and told to the channel."""
-        if self.phase == "idle":
-            self.session = self.app.session(self.session_id) or self.session
+        self._refresh()
         name, result = command.name, ""
         if name == "status":
             result = status_text(self.session)
@@ -735,9 +737,7 @@ class SessionActor(TetherActor):
                       CancelInteractions(session_id=self.session_id, reason=reason))
 
     def _kill(self, reason: str) -> None:
-        if self.phase == "idle":
-            # Others may have appended between turns (``tether undo``): record on top.
-            self.session = self.app.session(self.session_id) or self.session
+        self._refresh()
         self._cancel_interactions(reason)
         self._cancel_stream()
         self.reminders = []

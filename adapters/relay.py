@@ -55,7 +55,6 @@ class EventRelay:
         self._position = 0
         self.resumed_from = 0
         """The notification id the last start found in JetStream (relaying resumed after it)."""
-        self._short_ids: dict[uuid.UUID, str] = {}
         self.follower = Follower(
             app,
             name="relay",
@@ -171,12 +170,7 @@ class EventRelay:
         # a watcher can subscribe to <ns>.evt.*.<session id>.>.
         if aggregate not in ("session", "rulelog"):
             return str(originator)
-        short = self._short_ids.get(originator) or getattr(domain_event, "session_id", None)
-        if short is None:
-            first = next(iter(self.app.events.get(originator, lte=1)), None)
-            short = getattr(first, "session_id", None) or str(originator)
-        self._short_ids[originator] = short
-        return short
+        return self.app.session_id_of(domain_event) or str(originator)
 
     async def _send(self, prepared: list[tuple[int, str, bytes]]) -> None:
         # Pipelined: publish all, then await the acks in order. Order on the wire is the

@@ -16,7 +16,6 @@ Prints per-call mean, p50, p99 (microseconds), calls per second and
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import queue
 import time
@@ -31,7 +30,7 @@ from nats.aio.msg import Msg
 
 from actors.runtime import ActorSystem, Binding, Envelope, TetherActor, ask
 from adapters.nats_bus import NatsBus
-from bench.common import Printer, Stats, nats_server, ratio, say, table
+from bench.common import Printer, Stats, nats_bench_main, ratio, say, table
 from events.codec import encode
 from events.messages import Message
 from events.subjects import Subjects
@@ -286,21 +285,13 @@ def run(url: str, quick: bool = False, out: Printer = say) -> AskResults:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m bench.ask [--quick] [--nats URL]``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.ask",
-        description="Actor ask over NATS vs raw nats-py request/reply, and tell latency.",
+    return nats_bench_main(
+        argv,
+        "python -m bench.ask",
+        "Actor ask over NATS vs raw nats-py request/reply, and tell latency.",
+        run,
+        quick_help=f"small N ({QUICK_N}) for smoke runs",
     )
-    parser.add_argument("--quick", action="store_true", help=f"small N ({QUICK_N}) for smoke runs")
-    parser.add_argument(
-        "--nats",
-        metavar="URL",
-        default=None,
-        help="NATS server (default: TETHER_NATS_URL, else an embedded server)",
-    )
-    args = parser.parse_args(argv)
-    with nats_server(args.nats) as url:
-        run(url, quick=args.quick)
-    return 0
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from adapters.nats_server import EmbeddedNats
 
-Printer = Callable[[str], None]
+Printer = Callable[..., None]
+"""Prints one line (an empty line when called with none), like :func:`say`."""
 """Where a benchmark writes its lines (``print`` by default)."""
 
 
@@ -86,3 +87,27 @@ def nats_server(url: str | None = None, out: Printer = say) -> Iterator[str]:
             yield server.url
         finally:
             server.stop()
+
+
+def nats_bench_main(
+    argv: Sequence[str] | None,
+    prog: str,
+    description: str,
+    run: Callable[..., object],
+    quick_help: str = "small N, for smoke runs",
+) -> int:
+    """The command line every NATS benchmark shares: ``--quick`` and ``--nats URL``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument(
+        "--nats",
+        metavar="URL",
+        default=None,
+        help="NATS server (default: TETHER_NATS_URL, else an embedded server)",
+    )
+    args = parser.parse_args(argv)
+    with nats_server(args.nats) as url:
+        run(url, quick=args.quick)
+    return 0

@@ -22,7 +22,6 @@ All ratios are cost ratios (Tether's time over the baseline's; above 1: Tether i
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as dt
 import os
@@ -43,7 +42,7 @@ from adapters.config import load_settings
 from adapters.nats_bus import NatsBus
 from adapters.store import open_application
 from bench.ask import RawEcho
-from bench.common import Printer, Stats, nats_server, ratio, say, table
+from bench.common import Printer, Stats, nats_bench_main, ratio, say, table
 from events.codec import encode
 from events.messages import ToolProposal, Verdict
 from events.subjects import Subjects
@@ -532,22 +531,13 @@ def run(url: str, quick: bool = False, out: Printer = say) -> GateResults:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m bench.gate [--quick] [--nats URL]``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.gate",
-        description="Gatekeeper verdicts in process and over NATS, and redactor throughput, "
+    return nats_bench_main(
+        argv,
+        "python -m bench.gate",
+        "Gatekeeper verdicts in process and over NATS, and redactor throughput, "
         "each against a raw baseline.",
+        run,
     )
-    parser.add_argument("--quick", action="store_true", help="small N, for smoke runs")
-    parser.add_argument(
-        "--nats",
-        metavar="URL",
-        default=None,
-        help="NATS server (default: TETHER_NATS_URL, else an embedded server)",
-    )
-    args = parser.parse_args(argv)
-    with nats_server(args.nats) as url:
-        run(url, quick=args.quick)
-    return 0
 
 
 if __name__ == "__main__":

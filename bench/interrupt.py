@@ -9,7 +9,6 @@ same run. The ratio shows what an active stream adds.
 
 from __future__ import annotations
 
-import argparse
 import queue
 import tempfile
 import time
@@ -23,7 +22,7 @@ from adapters.anthropic_provider import AnthropicProvider
 from adapters.config import load_settings
 from adapters.fake_llm import FakeLLM, parse_script
 from adapters.host import Host
-from bench.common import Printer, Stats, nats_server, ratio, say, table
+from bench.common import Printer, Stats, nats_bench_main, ratio, say, table
 from events.codec import Decoder
 from events.messages import Accepted, ChannelMessage, Killed, KillSession, UserMessage
 
@@ -103,13 +102,9 @@ def run(url: str, quick: bool = False, out: Printer = say) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m bench.interrupt [--quick] [--nats URL]``."""
-    parser = argparse.ArgumentParser(prog="python -m bench.interrupt", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small N, for smoke runs")
-    parser.add_argument("--nats", metavar="URL", help="NATS server (default: embedded)")
-    args = parser.parse_args(argv)
-    with nats_server(args.nats) as url:
-        run(url, quick=args.quick)
-    return 0
+    return nats_bench_main(
+        argv, "python -m bench.interrupt", __doc__ or "", run
+    )
 
 
 if __name__ == "__main__":

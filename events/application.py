@@ -57,6 +57,7 @@ class TetherApplication(Application[uuid.UUID]):
         super().__init__(env)
         self._listeners: list[Callable[[int], None]] = []
         self._listeners_lock = threading.Lock()
+        self._session_ids: dict[uuid.UUID, str] = {}
 
     def add_listener(self, listener: Callable[[int], None]) -> Callable[[], None]:
         """Call ``listener(max_notification_id)`` after each save; returns a remover."""
@@ -95,6 +96,12 @@ class TetherApplication(Application[uuid.UUID]):
         """The session with short id ``session_id``, or None."""
         return self.load(session_uuid(session_id), Session, version)
 
+    def catch_up(self, aggregate: A) -> A:
+        """``aggregate`` with any events stored after its version applied (others may
+        append between an actor's turns); reads only the newer events."""
+        caught_up: A = _project(aggregate, self.events.get(aggregate.id, gt=aggregate.version))
+        return caught_up
+
     def rule_log(self, session_id: str) -> RuleLog | None:
         """The TTSR rule log of a session, or None if no rule fired yet."""
         return self.load(rulelog_uuid(session_id), RuleLog)
@@ -108,6 +115,23 @@ class TetherApplication(Application[uuid.UUID]):
         )
         log.record_failure(error=error, restarted=restarted)
         self.save(log)
+
+    def session_id_of(self, domain_event: Any) -> str | None:
+        """The short session id recorded on the first event of the event's aggregate (a
+        session, its rule log, a tool decision): on the event itself when it carries it,
+        else read once from that first event and remembered. None when there is none."""
+        originator = domain_event.originator_id
+        known = self._session_ids.get(originator)
+        if known is not None:
+            return known
+        found = getattr(domain_event, "session_id", None)
+        if found is None:
+            first = next(iter(self.events.get(originator, lte=1)), None)
+            found = getattr(first, "session_id", None)
+        if isinstance(found, str):
+            self._session_ids[originator] = found
+            return found
+        return None
 
     def session_events(self, session_id: str) -> list[Any]:
         """Every stored event of a session, oldest first."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import uuid
 from typing import Any
 
 import msgspec
@@ -111,18 +110,6 @@ class AuditIndex(TrackedView):
     NAME = "AuditIndex"
     TABLES = (CALLS, ASKERS, REFUSALS)
 
-    def __init__(self, app: Any, env: dict[str, str]) -> None:
-        super().__init__(app, env)
-        self._sessions: dict[uuid.UUID, str] = {}
-
-    def _session_id(self, event: Any) -> str:
-        sid = self._sessions.get(event.originator_id)
-        if sid is None:
-            first = next(iter(self.app.events.get(event.originator_id, lte=1)), None)
-            sid = str(getattr(first, "session_id", ""))
-            self._sessions[event.originator_id] = sid
-        return sid
-
     def changes(self, event: Any, position: int) -> list[Change]:
         if isinstance(event, RefusedMessage.Event):
             e_: Any = event
@@ -135,9 +122,8 @@ class AuditIndex(TrackedView):
         name = type(event).__name__
         e: Any = event
         if name == "Created":
-            self._sessions[e.originator_id] = e.session_id
             return []
-        sid = self._session_id(e)
+        sid = self.app.session_id_of(e) or ""
         at = _stamp(e)
         if name == "UserMessageReceived":
             asker = {"session_id": sid, "user_name": e.user, "channel": e.channel}

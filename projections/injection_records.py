@@ -58,8 +58,7 @@ class InjectionRecords(TrackedView):
         if not isinstance(event, RuleLog.Event) or type(event).__name__ != "TtsrTriggered":
             return []
         domain_event: Any = event
-        first = next(iter(self.app.events.get(domain_event.originator_id, lte=1)), None)
-        session_id = str(getattr(first, "session_id", ""))
+        session_id = self.app.session_id_of(domain_event) or ""
         stamp = domain_event.timestamp
         at = stamp.astimezone(dt.UTC).isoformat() if isinstance(stamp, dt.datetime) else ""
         changes = []

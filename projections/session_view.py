@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 from typing import Any
 
 import msgspec
@@ -88,10 +87,6 @@ class SessionView(TrackedView):
     NAME = "SessionView"
     TABLES = (SESSIONS,)
 
-    def __init__(self, app: Any, env: dict[str, str]) -> None:
-        super().__init__(app, env)
-        self._sessions: dict[uuid.UUID, str] = {}
-
     def changes(self, domain_event: Any, position: int) -> list[Change]:
         session_id = self._session_id(domain_event)
         if session_id is None:
@@ -104,19 +99,9 @@ class SessionView(TrackedView):
         return [Change(SESSIONS.name, (session_id,), update)]
 
     def _session_id(self, domain_event: Any) -> str | None:
-        # Session events other than Created carry only the aggregate's UUID.
-        if session_event_name(domain_event) == "Created":
-            self._sessions[domain_event.originator_id] = domain_event.session_id
-            return str(domain_event.session_id)
         if not isinstance(domain_event, Session.Event):
             return None
-        sid = self._sessions.get(domain_event.originator_id)
-        if sid is None:
-            first = next(iter(self.app.events.get(domain_event.originator_id, lte=1)), None)
-            sid = getattr(first, "session_id", None)
-            if sid is not None:
-                self._sessions[domain_event.originator_id] = sid
-        return sid
+        return self.app.session_id_of(domain_event)
 
     def summaries(self) -> list[SessionSummary]:
         """Every session, most recently active first."""

@@ -23,6 +23,7 @@ The result is a refusal (with every reason) or the minimum tier the decision mus
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -111,48 +112,69 @@ def _matches(candidate: str, pattern: str, *, is_glob: bool, recursive: bool) ->
     return False
 
 
+def _remember_inode(
+    found: dict[tuple[int, int], Category], workspace: str, rel: str, category: Category
+) -> None:
+    """Note the inode of workspace-relative ``rel`` (found whatever its case), if it exists."""
+    current = workspace
+    for part in rel.split("/"):
+        try:
+            entries = os.listdir(current)
+        except OSError:
+            return
+        match = [e for e in entries if e.casefold() == part.casefold()]
+        if not match:
+            return
+        current = os.path.join(current, match[0])
+    try:
+        st = os.stat(current)
+    except OSError:
+        return
+    found.setdefault((st.st_dev, st.st_ino), category)
+
+
+@functools.lru_cache(maxsize=32)
+def _name_patterns(config: ProtectionConfig) -> tuple[tuple[Category, re.Pattern[str]], ...]:
+    """The protected leaf names as word patterns (they depend on the settings only)."""
+    names: list[tuple[Category, re.Pattern[str]]] = []
+    for category, patterns in _groups(config):
+        for pattern in patterns:
+            leaf = pattern.rsplit("/", 1)[-1]
+            if leaf and not has_glob(leaf):
+                names.append((
+                    category,
+                    re.compile(r"(?<![\w.-])" + re.escape(leaf) + r"(?![\w-])", re.IGNORECASE),
+                ))
+    return tuple(names)
+
+
+def _groups(config: ProtectionConfig) -> list[tuple[Category, tuple[str, ...]]]:
+    return [
+        ("identity", config.identity_files),
+        ("config", config.config_files),
+        ("memory", config.memory_files),
+    ]
+
+
 class _Protected:
     def __init__(self, config: ProtectionConfig, workspace: str) -> None:
-        self.groups: list[tuple[Category, tuple[str, ...]]] = [
-            ("identity", config.identity_files),
-            ("config", config.config_files),
-            ("memory", config.memory_files),
-        ]
-        self.names: list[tuple[Category, re.Pattern[str]]] = []
-        self.inodes: dict[tuple[int, int], Category] = {}
-        for category, patterns in self.groups:
-            for pattern in patterns:
-                leaf = pattern.rsplit("/", 1)[-1]
-                if leaf and not has_glob(leaf):
-                    self.names.append(
-                        (
-                            category,
-                            re.compile(
-                                r"(?<![\w.-])" + re.escape(leaf) + r"(?![\w-])", re.IGNORECASE
-                            ),
-                        )
-                    )
-                if not has_glob(pattern):
-                    self._remember_inode(workspace, pattern, category)
+        self.groups = _groups(config)
+        self.names = _name_patterns(config)
+        self.workspace = workspace
+        self._inodes: dict[tuple[int, int], Category] | None = None
 
-    def _remember_inode(self, workspace: str, rel: str, category: Category) -> None:
-        # find the file on disk whatever its case
-        current = workspace
-        for part in rel.split("/"):
-            try:
-                entries = os.listdir(current)
-            except OSError:
-                return
-            match = [e for e in entries if e.casefold() == part.casefold()]
-            if not match:
-                return
-            current = os.path.join(current, match[0])
-        for path in (current,):
-            try:
-                st = os.stat(path)
-            except OSError:
-                return
-            self.inodes.setdefault((st.st_dev, st.st_ino), category)
+    @property
+    def inodes(self) -> dict[tuple[int, int], Category]:
+        """The protected files' inodes, read from disk when first needed (only a path
+        with several hard links asks): most verdicts never list the workspace."""
+        if self._inodes is None:
+            found: dict[tuple[int, int], Category] = {}
+            for category, patterns in self.groups:
+                for pattern in patterns:
+                    if not has_glob(pattern):
+                        _remember_inode(found, self.workspace, pattern, category)
+            self._inodes = found
+        return self._inodes
 
     def categories(self, ref: PathRef) -> list[Category]:
         found: list[Category] = []
