@@ -18,10 +18,21 @@ COMMANDS = {
     "dir": "/dir PATH: work in another folder inside the engine's workspace",
     "approve": "/approve ID: let the tool call waiting for approval run",
     "deny": "/deny ID [why]: refuse it (any other message while one waits also says no)",
-    "plan": "switch to plan mode (not available yet)",
-    "edit": "switch to edit mode (not available yet)",
+    "plan": "switch to plan mode: explore, write the plan file, then review the plan",
+    "edit": "switch to auto mode: the configured tools' escalations are approved",
+    "default": "switch to default mode: escalations are asked",
+    "proceed": "implement the plan waiting for review",
+    "clean": "implement the plan with a fresh context",
+    "adjust": "/adjust WHAT: send the plan back with what to change",
     "help": "list the commands",
 }
+
+
+MODE_COMMANDS = {"plan": "plan", "edit": "auto", "default": "default"}
+"""Commands that switch the session's mode, and the mode each switches to."""
+
+PLAN_COMMANDS = {"proceed": "proceed", "clean": "clean_proceed", "adjust": "adjust"}
+"""Answers to a plan review, and the choice each makes."""
 
 
 class Command(msgspec.Struct, frozen=True):
@@ -50,10 +61,12 @@ def help_text() -> str:
 def status_text(session: Session) -> str:
     """What /status shows."""
     return (
-        f"session {session.session_id} ({session.name}): {session.status}; mode default; "
+        f"session {session.session_id} ({session.name}): {session.status}; mode "
+        f"{session.mode}; "
         f"working directory {session.workspace}; {len(session.history)} messages in "
         f"context, {session.turns} turn(s); {session.input_tokens}+{session.output_tokens} "
-        f"tokens, ${session.cost_usd:.4f}; auto-approvals: none"
+        f"tokens, ${session.cost_usd:.4f}; auto-approvals: "
+        f"{', '.join(session.auto_approve) or 'none'}"
     )
 
 

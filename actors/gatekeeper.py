@@ -3,7 +3,9 @@
 Bound to ``<ns>.gatekeeper`` in the queue group ``gatekeeper`` so several can share the
 load. :func:`judge` is the pure decision: the action hash is checked, the configured deny
 lists apply, then the security pipeline (enrichment, protection, tier-0 policy, tier-1
-heuristics: :mod:`actors.security`). Each decision is stored as a
+heuristics: :mod:`actors.security`), then the session's mode (:mod:`actors.modes`: plan
+mode refuses what is not planning, auto mode answers the policy's escalations of the tools
+it auto-approves). Each decision is stored as a
 :class:`events.decisions.ToolDecision` aggregate with every stage's result before the
 Verdict is sent. A call that needs tier 2 is reviewed by a model when ``[tier2]`` is
 enabled (:mod:`actors.tier2`; the review runs on the bus loop and comes back as a
@@ -23,6 +25,7 @@ import msgspec
 import pykka
 
 from actors.gatekeeper_policy import Policy, action_hash
+from actors.modes import auto_approvable, plan_mode_refusal
 from actors.ports import (
     Clock,
     Ids,
@@ -78,14 +81,24 @@ def judge(
         StageRecord(s.stage, s.verdict, s.reason, s.min_tier, s.rule or "")
         for s in evaluation.stages
     )
-    writes = [p.resolved for p in evaluation.action.writes if p.resolved]
+    writes = list(dict.fromkeys(p.resolved for p in evaluation.action.writes if p.resolved))
+    if proposal.mode == "plan" and evaluation.verdict != "deny":
+        refusal = plan_mode_refusal(evaluation, proposal.plan_file)
+        if refusal is not None:
+            stages.append(StageRecord("mode", "deny", refusal))
+            return Judgement("deny", refusal, "mode", stages, writes)
+    if evaluation.verdict == "escalate" and proposal.auto_approve and auto_approvable(
+        evaluation
+    ):
+        reason = f"auto-approved in {proposal.mode} mode ({evaluation.reason})"
+        stages.append(StageRecord("mode", "allow", reason))
+        return Judgement("allow", reason, "auto", stages, writes)
     if evaluation.verdict == "escalate":
         needed = evaluation.required_tier or 3
         reason = f"{evaluation.reason}; it needs approval by {APPROVERS.get(needed, needed)}"
-        return Judgement("escalate", reason, "escalation", stages,
-                         list(dict.fromkeys(writes)), needed)
+        return Judgement("escalate", reason, "escalation", stages, writes, needed)
     return Judgement(evaluation.verdict, evaluation.reason, evaluation.deciding_stage, stages,
-                     list(dict.fromkeys(writes)))
+                     writes)
 
 
 class ReviewDone(msgspec.Struct):

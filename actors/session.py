@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from collections import deque
 from concurrent.futures import Future
@@ -23,9 +24,20 @@ from typing import Any
 import msgspec
 import pykka
 
-from actors.commands import Command, help_text, parse_command, resolve_dir, status_text
+from actors import engine_tools
+from actors.commands import (
+    MODE_COMMANDS,
+    PLAN_COMMANDS,
+    Command,
+    help_text,
+    parse_command,
+    resolve_dir,
+    status_text,
+)
 from actors.context import DEFAULT_SYSTEM_PROMPT, build_request
+from actors.engine_tools import ASK_USER_QUESTION, ENGINE_TOOLS, EXIT_PLAN_MODE
 from actors.gatekeeper_policy import action_hash
+from actors.modes import plan_file_for
 from actors.notices import full_input
 from actors.ports import (
     MessageDone,
@@ -49,16 +61,22 @@ from events.application import TetherApplication
 from events.messages import (
     Accepted,
     ApprovalRequest,
-    ApprovalResult,
     BarrierCheck,
     BarrierResult,
     CancelInteractions,
     ChannelMessage,
+    ChatText,
     ContentBlock,
     InteractionAnswer,
+    InteractionOpened,
+    InteractionSettled,
     Interrupt,
     Killed,
     KillSession,
+    Mode,
+    PlanAnswer,
+    PlanReviewRequest,
+    QuestionRequest,
     Reminder,
     StreamDelta,
     TextBlock,
@@ -73,8 +91,11 @@ from events.session import Session
 log = logging.getLogger(__name__)
 
 
-APPROVAL_GRACE = 30.0
-"""Seconds the session waits beyond the approval timeout for the coordinator's answer."""
+WAITING = ("approval", "question", "review")
+"""Phases in which the session waits for its chat (through the interaction coordinator)."""
+
+PLAN_READ_LIMIT = 200_000
+"""Characters of the plan file read for a plan review."""
 
 MAX_UNCHECKED_RETRIES = 2
 """Model calls repeated because the rule monitor missed part of the stream, per turn."""
@@ -88,11 +109,14 @@ class SessionConfig(msgspec.Struct, kw_only=True):
     max_tokens: int = 4096
     ask_timeout: float = 5.0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    approval_timeout: float = 300.0
     verdict_timeout: float = 0.0
     """How long to wait for the gatekeeper (0: ask_timeout); longer when tier 2 reviews."""
     workspace_root: str = ""
     """The folder ``/dir`` may not leave (the engine's workspace); empty: the session's."""
+    mode: Mode = "default"
+    """The mode a new session starts in: default, plan or auto."""
+    auto_approve: list[str] = msgspec.field(default_factory=lambda: ["write_file"])
+    """Tools whose policy escalations ``auto`` mode approves (``/edit``)."""
 
 
 class NewSession(msgspec.Struct, kw_only=True):
@@ -184,6 +208,10 @@ class SessionActor(TetherActor):
         self.unchecked_retries = 0
         self.reminders: list[Reminder] = []
         self.awaiting: Verdict | None = None
+        self.waiting_call = ""
+        """The call (or plan review) the session waits on in a WAITING phase."""
+        self.review_is_call = False
+        self.plan = _PlanTracker()
         self.stream_subject = self.subjects.stream(session_id)
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -202,6 +230,9 @@ class SessionActor(TetherActor):
                 model=self.config.model,
                 channel=self.new.channel,
             )
+            if self.config.mode != "default":
+                session.change_mode(mode=self.config.mode, auto_approve=self._auto_list(
+                    self.config.mode), reason="the configured starting mode")
             self.app.save(session)
         self.session = session
         self.phase = "idle"
@@ -243,6 +274,8 @@ class SessionActor(TetherActor):
             self._on_ask_result(message)
         elif isinstance(message, ToolFinished):
             self._on_tool_finished(message)
+        elif isinstance(message, InteractionSettled):
+            self._on_settled(message)
         elif isinstance(message, KillSession):
             self._kill(message.reason)
             self.reply(envelope, Killed(session_id=self.session_id, found=True))
@@ -260,10 +293,12 @@ class SessionActor(TetherActor):
             self._run_command(command, message)
             self.reply(envelope, accepted)
             return
-        if self.phase == "approval":
-            # Checked before anything else: text while an approval waits says no, and is
-            # the reason (it is not a message to the model).
-            self._answer_approval("", approved=False, message=message, reason=message.text)
+        if self.phase in WAITING:
+            # Text while the chat is asked something answers it (an approval: no, with the
+            # text as the reason); the coordinator decides which (it is not a user message).
+            self.send(self.subjects.interactions, ChatText(
+                session_id=self.session_id, channel=message.channel, text=message.text,
+                user=message.user))
             self.reply(envelope, accepted)
             return
         self._refresh()
@@ -320,8 +355,23 @@ class SessionActor(TetherActor):
                 self._answer_approval(interaction, approved=name == "approve", message=message,
                                       reason=why.strip())
                 result = "answer sent"
-        elif name in ("plan", "edit"):
-            result = f"/{name}: modes are not available yet; the session stays in default mode"
+        elif name in MODE_COMMANDS:
+            mode = MODE_COMMANDS[name]
+            auto = self._auto_list(mode)
+            self.session.change_mode(mode=mode, auto_approve=auto, reason=f"/{name}")
+            result = f"mode is now {mode}" + (
+                f"; auto-approved: {', '.join(auto)}" if auto else "")
+            if mode == "plan":
+                result += (f"; the plan goes to {self._plan_file()}, and ExitPlanMode asks "
+                           "you to review it")
+        elif name in PLAN_COMMANDS:
+            if self.phase != "review":
+                result = "no plan is waiting for review"
+            else:
+                self.send(self.subjects.interactions, PlanAnswer(
+                    session_id=self.session_id, choice=PLAN_COMMANDS[name],  # type: ignore[arg-type]
+                    user=message.user, feedback=command.args))
+                result = "answer sent"
         else:
             prefix = "" if name == "help" else f"unknown command /{name}. "
             result = prefix + help_text()
@@ -332,6 +382,12 @@ class SessionActor(TetherActor):
             self.subjects.channel_out(message.channel),
             ChannelMessage(session_id=self.session_id, kind="status", text=result),
         )
+
+    def _auto_list(self, mode: str) -> list[str]:
+        return list(self.config.auto_approve) if mode == "auto" else []
+
+    def _plan_file(self) -> str:
+        return plan_file_for(self.session.workspace, self.session_id)
 
     def _answer_approval(
         self, interaction_id: str, *, approved: bool, message: UserMessage, reason: str
@@ -354,6 +410,7 @@ class SessionActor(TetherActor):
         self.app.save(self.session)
 
     def _begin_turn(self) -> None:
+        self.plan = _PlanTracker()
         self.rounds = 0
         self.turn_usage = Usage()
         self.unchecked_retries = 0
@@ -368,12 +425,14 @@ class SessionActor(TetherActor):
         self.done = None
         self.phase = "streaming"
         self._publish("turn_start")
+        mode = self.session.mode
         request = build_request(
             self.session.history,
             model=self.config.model,
-            tools=self.tools.definitions(),
+            tools=self.tools.definitions() + engine_tools.definitions(mode),
             max_tokens=self.config.max_tokens,
-            system=self.config.system_prompt,
+            system=engine_tools.system_prompt(self.config.system_prompt, mode,
+                                              self._plan_file()),
         )
         generation, ref, provider = self.generation, self.actor_ref, self.provider
         self.task = self.bus.spawn(lambda: pump_model(provider, request, generation, ref))
@@ -460,8 +519,8 @@ class SessionActor(TetherActor):
                 self._commit_message()
         elif kind == "verdict":
             self._on_verdict(key, result)
-        elif kind == "approval":
-            self._on_approval(key, result)
+        elif kind == "opened":
+            self._on_opened(key, result)
 
     def _retry_unchecked(self) -> None:
         # The monitor missed part of this stream (it restarted, or a delta was lost): ask
@@ -504,6 +563,9 @@ class SessionActor(TetherActor):
             self.turn_usage.output_tokens + done.usage.output_tokens,
         )
         self.rounds += 1
+        said = "".join(b.text for b in done.content if isinstance(b, TextBlock)).strip()
+        if said:
+            self.plan.streamed = self.redactor.text(said)
         self.tool_queue = deque(b for b in done.content if isinstance(b, ToolUseBlock))
         self.phase = "tools"
         self._next_tool()
@@ -519,6 +581,10 @@ class SessionActor(TetherActor):
     def _next_tool(self) -> None:
         if not self.tool_queue:
             if not self.session.pending_tool_calls() and self._last_stop() != "tool_use":
+                if self.session.mode == "plan" and self.plan.touched and not self.plan.exited:
+                    # A plan file was written but ExitPlanMode never called: review anyway.
+                    self._open_review(f"plan-{self.generation}", is_call=False)
+                    return
                 self._complete_turn("end_turn")
             elif self.rounds >= self.config.round_limit:
                 self._complete_turn("round_limit")
@@ -533,6 +599,9 @@ class SessionActor(TetherActor):
         self.session.propose_tool_call(
             call_id=call.id, tool=call.name, tool_input=call.input, action_hash=digest
         )
+        if call.name in ENGINE_TOOLS and digest:
+            self._engine_tool(call)
+            return
         if not digest:
             self.session.decide_tool_call(
                 call_id=call.id, decision="deny", reason="the input is not valid JSON",
@@ -550,6 +619,9 @@ class SessionActor(TetherActor):
                 input=call.input,
                 workspace=self.session.workspace,
                 action_hash=digest,
+                mode=self.session.mode,  # type: ignore[arg-type]
+                auto_approve=call.name in self.session.auto_approve,
+                plan_file=self._plan_file() if self.session.mode == "plan" else "",
             ),
             Verdict,
             tag=f"verdict:{call.id}",
@@ -584,40 +656,142 @@ class SessionActor(TetherActor):
         self._execute(call, verdict)
 
     def _ask_approval(self, call: ToolUseBlock, verdict: Verdict) -> None:
-        """Tier 3: ask the session's chat; the answer comes back as an AskResult."""
+        """Tier 3: ask the session's chat; the answer comes back as InteractionSettled."""
         self.app.save(self.session)
-        self.phase = "approval"
         self.awaiting = verdict
-        self.ask_async(
-            self.subjects.interactions,
-            ApprovalRequest(
-                session_id=self.session_id, call_id=call.id, tool=call.name,
-                summary=full_input(call.input), reason=verdict.reason,
-                channel=self.session.channel,
-            ),
-            ApprovalResult,
-            tag=f"approval:{call.id}",
-            timeout=self.config.approval_timeout + APPROVAL_GRACE,
-        )
+        self._open_interaction("approval", call.id, ApprovalRequest(
+            session_id=self.session_id, call_id=call.id, tool=call.name,
+            summary=full_input(call.input), reason=verdict.reason,
+            channel=self.session.channel,
+        ))
 
-    def _on_approval(self, call_id: str, result: AskResult) -> None:
-        if self.phase != "approval" or not self.tool_queue or self.tool_queue[0].id != call_id:
+    def _engine_tool(self, call: ToolUseBlock) -> None:
+        """AskUserQuestion and ExitPlanMode: answered by the chat, not by a tool."""
+        if call.name == ASK_USER_QUESTION:
+            question = engine_tools.parse_question(call.input)
+            if isinstance(question, str):
+                self._refuse_engine_call(call, question)
+                return
+            self._allow_engine_call(call, "the engine asks the chat")
+            self._open_interaction("question", call.id, QuestionRequest(
+                session_id=self.session_id, call_id=call.id, question=question.question,
+                options=question.options, channel=self.session.channel))
+        elif call.name == EXIT_PLAN_MODE:
+            if self.session.mode != "plan":
+                self._refuse_engine_call(call, f"not in plan mode (the mode is "
+                                               f"{self.session.mode})")
+                return
+            self._allow_engine_call(call, "the engine asks the chat to review the plan")
+            self._open_review(call.id, is_call=True)
+
+    def _allow_engine_call(self, call: ToolUseBlock, reason: str) -> None:
+        self.session.decide_tool_call(call_id=call.id, decision="allow", reason=reason,
+                                      tier="engine")
+
+    def _refuse_engine_call(self, call: ToolUseBlock, reason: str) -> None:
+        self.session.decide_tool_call(call_id=call.id, decision="deny", reason=reason,
+                                      tier="engine")
+        self._refuse(call, reason)
+
+    def _open_review(self, call_id: str, *, is_call: bool) -> None:
+        """Put the plan to the chat: from the plan file, else what was written to it, else
+        the streamed reply, else a fallback line."""
+        self.plan.exited = True
+        plan_file = self._plan_file()
+        plan, source = engine_tools.resolve_plan(_read_text(plan_file), self.plan.written,
+                                                 self.plan.streamed)
+        self.session.propose_plan(plan=plan, source=source, call_id=call_id if is_call else "",
+                                  plan_file=plan_file)
+        self.app.save(self.session)
+        self.review_is_call = is_call
+        self._open_interaction("review", call_id, PlanReviewRequest(
+            session_id=self.session_id, call_id=call_id, plan=plan, source=source,
+            channel=self.session.channel))
+
+    def _open_interaction(self, phase: str, call_id: str, request: Any) -> None:
+        self.phase = phase
+        self.waiting_call = call_id
+        self.ask_async(self.subjects.interactions, request, InteractionOpened,
+                       tag=f"opened:{call_id}", timeout=self.config.ask_timeout)
+
+    def _on_opened(self, call_id: str, result: AskResult) -> None:
+        if result.error and self.phase in WAITING and call_id == self.waiting_call:
+            self._on_settled(InteractionSettled(
+                session_id=self.session_id, call_id=call_id, interaction_id="",
+                kind={"approval": "approval", "question": "question"}.get(
+                    self.phase, "plan_review"),  # type: ignore[arg-type]
+                outcome="cancelled", by="tether",
+                reason=f"nobody could be asked ({result.error})"))
+
+    def _on_settled(self, settled: InteractionSettled) -> None:
+        if self.phase not in WAITING or settled.call_id != self.waiting_call:
+            return  # an answer to something this session no longer waits on
+        phase, self.phase, self.waiting_call = self.phase, "tools", ""
+        if phase == "review":
+            self._on_review(settled)
             return
-        call, verdict = self.tool_queue[0], self.awaiting
-        self.phase = "tools"
-        answer = result.message
-        if not isinstance(answer, ApprovalResult):
-            answer = ApprovalResult(call_id=call_id, approved=False, by="tether",
-                                    reason=f"nobody could be asked ({result.error})")
+        call = self.tool_queue[0]
+        if phase == "question":
+            if settled.outcome == "answered":
+                self._finish_engine_call(call, f"The user answered: {settled.answer}", False)
+            else:
+                self._finish_engine_call(call, f"No answer: {settled.reason}. Go on without "
+                                               "it, or ask again later.", True)
+            return
+        verdict, self.awaiting = self.awaiting, None
+        approved = settled.outcome == "approved"
         self.session.decide_tool_call(
-            call_id=call_id, decision="allow" if answer.approved else "deny",
-            reason=answer.reason,
-            tier="human" if answer.by not in ("timeout", "tether") else f"approval-{answer.by}",
+            call_id=call.id, decision="allow" if approved else "deny",
+            reason=settled.reason,
+            tier="human" if settled.by not in ("timeout", "tether")
+            else f"approval-{settled.by}",
         )
-        if not answer.approved or verdict is None:
-            self._refuse(call, answer.reason)
+        if not approved or verdict is None:
+            self._refuse(call, settled.reason)
             return
         self._execute(call, verdict)
+
+    def _finish_engine_call(self, call: ToolUseBlock, output: str, is_error: bool) -> None:
+        self.session.record_tool_result(call_id=call.id, tool=call.name,
+                                        output=self.redactor.text(output), is_error=is_error)
+        self.app.save(self.session)
+        self.tool_queue.popleft()
+        self._next_tool()
+
+    def _on_review(self, settled: InteractionSettled) -> None:
+        choice = settled.outcome
+        self.session.review_plan(choice=choice, feedback=settled.answer, by=settled.by)
+        if choice not in ("proceed", "clean_proceed", "adjust"):
+            why = f"the plan review ended without an answer: {settled.reason}"
+            self._refuse_pending(why)
+            self._record_failure(why)
+            return
+        if self.review_is_call:
+            call = self.tool_queue[0]
+            output, is_error = engine_tools.plan_result(choice, settled.answer)
+            if choice == "adjust":
+                self.plan.exited = False  # a revised plan is reviewed again
+                self._finish_engine_call(call, output, is_error)  # the model revises the plan
+                return
+            self.session.record_tool_result(call_id=call.id, tool=call.name, output=output,
+                                            is_error=False)
+            self.tool_queue.popleft()
+            self._refuse_pending("not run: the plan was approved, so implementation starts "
+                                 "with the next message")
+        # Proceed, clean proceed, or feedback for a plan offered without ExitPlanMode:
+        # this turn ends and the next starts with the implementation prompt (or feedback).
+        plan = self.session.plan
+        user, channel = settled.by, self.session.channel
+        self._complete_turn("plan_review", take_queued=False)
+        if choice == "adjust":
+            self._receive(settled.answer or "Please revise the plan.", channel, user)
+        else:
+            self.session.change_mode(mode="auto", auto_approve=self._auto_list("auto"),
+                                     reason=f"plan approved by {user}")
+            if choice == "clean_proceed":
+                self.session.clear_context()
+            self._receive(engine_tools.implementation_prompt(plan), channel, user)
+        self._begin_turn()
 
     def _execute(self, call: ToolUseBlock, verdict: Verdict) -> None:
         """Run an allowed call on a helper thread, after checking it is the one judged."""
@@ -632,6 +806,9 @@ class SessionActor(TetherActor):
         )
 
         store, session_id, writes = self.snapshot_store, self.session_id, verdict.writes
+        if self.session.mode == "plan" and os.path.realpath(self._plan_file()) in writes:
+            content = call.input.get("content") if call.name == "write_file" else None
+            self.plan.candidate = content if isinstance(content, str) else ""
 
         def run() -> None:
             snapshot = None
@@ -670,6 +847,7 @@ class SessionActor(TetherActor):
                 folder=message.snapshot.folder,
                 paths=[e.path for e in message.snapshot.entries],
             )
+        self.plan.finished(message.output.is_error)
         self.session.record_tool_result(
             call_id=message.call_id,
             tool=message.tool,
@@ -695,7 +873,7 @@ class SessionActor(TetherActor):
             self.session.add_ttsr_reminder(rules=reminder.rules, reminder=reminder.text)
         self.reminders = []
 
-    def _complete_turn(self, stop: str) -> None:
+    def _complete_turn(self, stop: str, take_queued: bool = True) -> None:
         self._add_reminders()
         self.session.complete_turn(
             rounds=self.rounds,
@@ -705,7 +883,11 @@ class SessionActor(TetherActor):
         )
         self.session.change_status(status="waiting", reason="waiting for input")
         self.app.save(self.session)
-        self._idle()
+        if take_queued:
+            self._idle()
+        else:
+            self.phase = "idle"
+            self.tool_queue.clear()
 
     def _record_failure(self, error: str) -> None:
         self._cancel_interactions(error)
@@ -732,7 +914,7 @@ class SessionActor(TetherActor):
             self.session.refuse_tool_call(call_id=call.id, reason=why)
 
     def _cancel_interactions(self, reason: str) -> None:
-        if self.phase == "approval":
+        if self.phase in WAITING:
             self.send(self.subjects.interactions,
                       CancelInteractions(session_id=self.session_id, reason=reason))
 
@@ -753,3 +935,36 @@ class SessionActor(TetherActor):
         task, self.task = getattr(self, "task", None), None
         if task is not None:
             task.cancel()
+
+
+class _PlanTracker:
+    """What a turn in plan mode wrote to the plan file (seed: ``_ToolCallbackState``)."""
+
+    def __init__(self) -> None:
+        self.candidate: str | None = None
+        """The content of the plan-file write now running ("" when a command writes it)."""
+        self.written: str | None = None
+        """The last content written to the plan file."""
+        self.touched = False
+        """A call that writes the plan file ran this turn."""
+        self.streamed = ""
+        """The model's latest text this turn."""
+        self.exited = False
+        """The plan was put to review this turn."""
+
+    def finished(self, failed: bool) -> None:
+        """The running call ended: a plan-file write that worked counts."""
+        if self.candidate is not None and not failed:
+            self.touched = True
+            if self.candidate:
+                self.written = self.candidate
+        self.candidate = None
+
+
+def _read_text(path: str) -> str | None:
+    """The text of ``path``, or None when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(PLAN_READ_LIMIT)
+    except OSError:
+        return None

@@ -38,6 +38,7 @@ from actors.middleware import MiddlewareSettings
 from actors.security import ProtectionConfig
 from actors.tier2 import Tier2Settings
 from actors.ttsr_policy import TtsrSettings
+from events.messages import Mode
 
 __all__ = [
     "ENV_VARS",
@@ -109,7 +110,13 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_tokens: PositiveInt = 4096
     ask_timeout: PositiveFloat = 5.0
     approval_timeout: PositiveFloat = 300.0
-    """Seconds a tool-call approval waits for an answer before it counts as a no."""
+    """Seconds an approval or a question waits for an answer before it counts as a no."""
+    mode: Mode = "default"
+    """The mode new sessions start in: default, plan or auto (``/plan``, ``/edit``,
+    ``/default`` switch it)."""
+    auto_approve: list[str] = msgspec.field(default_factory=lambda: ["write_file"])
+    """Tools whose policy escalations auto mode approves; never protection's minimum
+    tiers nor a heuristic's doubt."""
     deny_tools: list[str] = msgspec.field(default_factory=list)
     deny_commands: list[str] | None = None
     shell_timeout: PositiveFloat = 30.0
@@ -143,6 +150,7 @@ ENV_VARS: Final[dict[str, str]] = {
     "TETHER_MAX_TOKENS": "max_tokens",
     "TETHER_ASK_TIMEOUT": "ask_timeout",
     "TETHER_APPROVAL_TIMEOUT": "approval_timeout",
+    "TETHER_MODE": "mode",
     "TETHER_SHELL_TIMEOUT": "shell_timeout",
     "TETHER_DENY_TOOLS": "deny_tools",
     "TETHER_NATS_SERVER": "nats_server",

@@ -260,7 +260,8 @@ class Host:
             verdict_timeout=self.settings.ask_timeout + (
                 self.settings.tier2.timeout if self.settings.tier2.enabled else 0.0),
             workspace_root=self.settings.workspace,
-            approval_timeout=self.settings.approval_timeout,
+            mode=self.settings.mode,
+            auto_approve=list(self.settings.auto_approve),
         )
 
     def spawn_session(self, session_id: str, new: NewSession | None) -> list[ActorHandle]:

@@ -1,7 +1,10 @@
-"""The Interaction aggregate: one question put to a chat (today: a tool-call approval).
+"""The Interaction aggregate: one thing put to a chat and its answer.
 
-Opened when the coordinator asks; then exactly one of answered (by whom, yes or no, why),
-expired (no answer in time: a deny) or cancelled (the session failed or was killed).
+Kinds: ``approval`` (may a tool call run?), ``question`` (the model asks the user) and
+``plan_review`` (proceed, clean proceed or adjust). Opened when the coordinator asks;
+then exactly one of answered (an approval: by whom, yes or no, why), replied (a question's
+answer), chosen (a plan review's choice), expired (no answer in time: a no) or cancelled
+(the session failed, was killed or restarted).
 """
 
 from __future__ import annotations
@@ -10,19 +13,44 @@ from eventsourcing.domain import Aggregate, event
 
 
 class Interaction(Aggregate):
-    """An approval asked of a session's chat."""
+    """Something asked of a session's chat."""
 
-    @event("Opened")
+    class Opened(Aggregate.Created):
+        """Declared explicitly so that ``kind`` and ``text``, added later, have defaults:
+        interactions stored before them were approvals."""
+
+        interaction_id: str
+        session_id: str
+        call_id: str
+        tool: str
+        summary: str
+        reason: str
+        channel: str
+        deadline: str
+        kind: str = "approval"
+        text: str = ""
+
+    @event(Opened)
     def __init__(self, interaction_id: str, session_id: str, call_id: str, tool: str,
-                 summary: str, reason: str, channel: str, deadline: str):
+                 summary: str, reason: str, channel: str, deadline: str,
+                 kind: str = "approval", text: str = ""):
         self.interaction_id = interaction_id
         self.session_id = session_id
         self.call_id = call_id
+        self.kind = kind
         self.outcome = "pending"
 
     @event("Answered")
     def answer(self, approved: bool, by: str, reason: str) -> None:
         self.outcome = "approved" if approved else "denied"
+
+    @event("Replied")
+    def reply(self, answer: str, by: str) -> None:
+        self.outcome = "answered"
+
+    @event("Chosen")
+    def choose(self, choice: str, feedback: str, by: str) -> None:
+        self.outcome = choice
 
     @event("Expired")
     def expire(self) -> None:

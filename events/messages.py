@@ -104,7 +104,7 @@ class ErrorReply(Message):
 
 NoticeKind = Literal[
     "stream", "reply", "tool", "interrupted", "completed", "failed", "status", "error",
-    "approval",
+    "approval", "question", "plan",
 ]
 
 
@@ -232,6 +232,12 @@ class BarrierResult(Message):
 # --- gatekeeper -------------------------------------------------------------------------
 
 
+Mode = Literal["default", "plan", "auto"]
+"""A session's mode: ``default`` asks for what the policy escalates, ``plan`` only reads
+and writes its plan file until the plan is approved, ``auto`` approves the configured
+tools' escalations (never protection's minimum tiers)."""
+
+
 class ToolProposal(Message):
     """Session -> gatekeeper request on ``<ns>.gatekeeper``: may this call run?"""
 
@@ -241,6 +247,11 @@ class ToolProposal(Message):
     input: dict[str, Any]
     workspace: str
     action_hash: str
+    mode: Mode = "default"
+    auto_approve: bool = False
+    """The session's mode approves this tool's escalations (``auto`` mode)."""
+    plan_file: str = ""
+    """In plan mode: the one file the session may write (absolute)."""
 
 
 class Verdict(Message):
@@ -262,7 +273,8 @@ class Verdict(Message):
 
 class ApprovalRequest(Message):
     """Session -> coordinator on ``<ns>.interactions``: ask the session's chat to approve a
-    tool call. Answered with ApprovalResult when someone answers, or it times out."""
+    tool call. Acknowledged with InteractionOpened; the answer comes later as
+    InteractionSettled on the session's subject."""
 
     session_id: Token
     call_id: str
@@ -272,19 +284,60 @@ class ApprovalRequest(Message):
     channel: Token
 
 
-class ApprovalResult(Message):
-    """Coordinator -> session: the first answer (or the timeout)."""
+class QuestionRequest(Message):
+    """Session -> coordinator: the model asks the chat a question (``AskUserQuestion``).
+    The next text in the chat answers it, unless an approval is waiting there."""
 
+    session_id: Token
     call_id: str
-    approved: bool
+    question: str
+    channel: Token
+    options: list[str] = []
+
+
+class PlanReviewRequest(Message):
+    """Session -> coordinator: the plan is ready; the chat chooses proceed, clean proceed
+    or adjust. Never times out. ``call_id`` is the ExitPlanMode call (``plan-N`` when the
+    review is offered because a plan file was written without it); ``source`` says where
+    the plan text came from."""
+
+    session_id: Token
+    call_id: str
+    plan: str
+    source: Literal["file", "written", "streamed", "fallback"]
+    channel: Token
+
+
+class InteractionOpened(Message):
+    """Coordinator -> session: the request is stored and was shown to the chat."""
+
+    interaction_id: str
+    call_id: str
+
+
+class InteractionSettled(Message):
+    """Coordinator -> session on ``<ns>.session.<id>``: what became of an interaction.
+
+    ``outcome``: approved or denied (approvals), answered (questions; ``answer`` holds the
+    text), proceed, clean_proceed or adjust (plan reviews; ``answer`` holds the feedback),
+    expired (no answer in time) or cancelled. ``by`` is the user, ``timeout`` or
+    ``tether``."""
+
+    session_id: Token
+    call_id: str
+    interaction_id: str
+    kind: Literal["approval", "question", "plan_review"]
+    outcome: Literal["approved", "denied", "answered", "proceed", "clean_proceed", "adjust",
+                     "expired", "cancelled"]
     by: str
-    reason: str
+    reason: str = ""
+    answer: str = ""
 
 
 class InteractionAnswer(Message):
-    """Session -> coordinator: a user answered. ``interaction_id``, when given, must name
-    a pending interaction of the session; otherwise (and for a no whose first word was
-    not an id) the answer is for ``call_id``, the call the session is waiting on."""
+    """Session -> coordinator: ``/approve`` or ``/deny``. ``interaction_id``, when given,
+    must name a pending approval of the session; otherwise (and for a no whose first word
+    was not an id) the answer is for ``call_id``, the call the session is waiting on."""
 
     session_id: Token
     approved: bool
@@ -292,6 +345,27 @@ class InteractionAnswer(Message):
     call_id: str = ""
     interaction_id: str = ""
     reason: str = ""
+
+
+class PlanAnswer(Message):
+    """Session -> coordinator: ``/proceed``, ``/clean`` or ``/adjust FEEDBACK`` for the
+    session's pending plan review."""
+
+    session_id: Token
+    choice: Literal["proceed", "clean_proceed", "adjust"]
+    user: str
+    feedback: str = ""
+
+
+class ChatText(Message):
+    """Session -> coordinator: plain text sent to a chat while the session waits on an
+    interaction. The chat's pending approvals take it first (a no, with the text as the
+    reason), then its questions (the answer), then its plan reviews (feedback)."""
+
+    session_id: Token
+    channel: Token
+    text: str
+    user: str
 
 
 class CancelInteractions(Message):
@@ -333,7 +407,10 @@ class RelayedEvent(msgspec.Struct, kw_only=True):
 
 InboxMessage = UserMessage
 ManagerMessage = ListSessions | KillSession | UserMessage
-SessionMessage = UserMessage | Interrupt | KillSession
+SessionMessage = UserMessage | Interrupt | KillSession | InteractionSettled
 MonitorMessage = BarrierCheck
 GatekeeperMessage = ToolProposal
-InteractionMessage = ApprovalRequest | InteractionAnswer | CancelInteractions
+InteractionMessage = (
+    ApprovalRequest | QuestionRequest | PlanReviewRequest | InteractionAnswer | PlanAnswer
+    | ChatText | CancelInteractions
+)

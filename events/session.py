@@ -59,6 +59,9 @@ class Session(Aggregate):
         self.queued: list[QueuedMessage] = []
         self.completed_turns = 0
         self.snapshots: list[tuple[str, str]] = []
+        self.mode = "default"
+        self.auto_approve: list[str] = []
+        self.plan = ""
 
     @event("UserMessageQueued")
     def queue_user_message(self, text: str, channel: str, user: str) -> None:
@@ -107,6 +110,23 @@ class Session(Aggregate):
     def change_workspace(self, path: str) -> None:
         """/dir: tools run in ``path`` from now on."""
         self.workspace = path
+
+    @event("ModeChanged")
+    def change_mode(self, mode: str, auto_approve: list[str], reason: str) -> None:
+        """The session works in ``mode`` from now on; ``auto_approve`` lists the tools
+        whose escalations its mode answers (``auto`` only)."""
+        self.mode = mode
+        self.auto_approve = list(auto_approve)
+
+    @event("PlanProposed")
+    def propose_plan(self, plan: str, source: str, call_id: str, plan_file: str) -> None:
+        """The plan put to the chat for review, and where its text came from (the plan
+        file, what was written to it, the streamed reply or a fallback line)."""
+        self.plan = plan
+
+    @event("PlanReviewed")
+    def review_plan(self, choice: str, feedback: str, by: str) -> None:
+        """The chat's answer: proceed, clean_proceed, adjust, or cancelled/expired."""
 
     @event("FilesSnapshotted")
     def record_snapshot(self, call_id: str, snapshot_id: str, folder: str,

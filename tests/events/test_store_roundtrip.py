@@ -36,6 +36,10 @@ def full_session(sid: str = "abc123") -> Session:
     s.run_command(name="status", args="", user="ana", channel="web", result="ok")
     s.clear_context()
     s.change_workspace(path="/ws")
+    s.change_mode(mode="plan", auto_approve=[], reason="/plan")
+    s.propose_plan(plan="1. read a.py", source="file", call_id="", plan_file="/ws/p.md")
+    s.review_plan(choice="proceed", feedback="", by="ana")
+    s.change_mode(mode="auto", auto_approve=["write_file"], reason="plan approved by ana")
     s.change_status(status="running", reason="user message")
     s.receive_user_message(text="fix the login bug", channel="web", user="ana")
     s.append_assistant_message(
@@ -78,7 +82,7 @@ SESSION_EVENT_NAMES = {
     "ToolCallDecided", "ToolCallExecuted", "ToolCallRefused", "TtsrInterrupted",
     "StatusChanged", "TurnCompleted", "TurnFailed", "ActorFailed", "UserMessageQueued",
     "TtsrReminderAdded", "FilesSnapshotted", "FilesRestored", "CommandRun", "ContextCleared",
-    "WorkspaceChanged",
+    "WorkspaceChanged", "ModeChanged", "PlanProposed", "PlanReviewed",
 }
 
 
@@ -101,13 +105,15 @@ def test_session_reloaded_from_store_equals_original(app: TetherApplication) -> 
 
     assert loaded is not None
     assert loaded == original
-    assert loaded.version == 23
+    assert loaded.version == 27
     assert loaded.status == "completed"
     assert (loaded.turns, loaded.input_tokens, loaded.output_tokens) == (2, 320, 45)
     assert loaded.cost_usd == pytest.approx(0.0123)
     assert loaded.failures == 1
     assert loaded.fired_rules == ["no-rm"]
     assert loaded.channel == "web"
+    assert (loaded.mode, loaded.auto_approve, loaded.plan) == ("auto", ["write_file"],
+                                                              "1. read a.py")
     assert [q.text for q in loaded.queued] == ["and the logout"]
     assert loaded.history == [
         Turn("user", [TextBlock("fix the login bug")]),
@@ -132,7 +138,7 @@ def test_events_come_back_typed(app: TetherApplication) -> None:
 
     events = app.session_events("abc123")
 
-    assert [e.originator_version for e in events] == list(range(1, 24))
+    assert [e.originator_version for e in events] == list(range(1, 28))
     for e in events:
         assert isinstance(e.originator_id, uuid.UUID)
         assert e.originator_id == session_uuid("abc123")
@@ -151,7 +157,7 @@ def test_stored_state_is_json(app: TetherApplication) -> None:
 
     stored = app.recorder.select_events(session_uuid("abc123"))
 
-    assert len(stored) == 23
+    assert len(stored) == 27
     states = [(s.topic.rsplit(".", 1)[-1], json.loads(s.state)) for s in stored]
     by_topic: dict[str, Any] = {}
     for name, state in states:
@@ -174,8 +180,8 @@ def test_session_at_version_is_a_replay(app: TetherApplication) -> None:
     app.save(original)
 
     first = app.session("abc123", version=1)
-    third = app.session("abc123", version=6)
-    fourth = app.session("abc123", version=7)
+    third = app.session("abc123", version=10)
+    fourth = app.session("abc123", version=11)
 
     assert first is not None and third is not None and fourth is not None
     assert (first.version, first.status, first.history) == (1, "starting", [])
@@ -275,6 +281,6 @@ def test_state_round_trip_through_msgspec_is_stable(app: TetherApplication) -> N
 
     again = app.session("s2")
     assert again is not None
-    assert again.version == 24
+    assert again.version == 28
     assert again.history[-1] == Turn("user", [TextBlock("again")])
     assert msgspec.json.encode(again.history) == msgspec.json.encode(loaded.history)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from actors.middleware import MiddlewareSettings
 from actors.runtime import ask
 from adapters.fake_llm import FakeLLM
 from adapters.host import Host
@@ -27,7 +28,7 @@ def test_commands(
 ) -> None:
     (workspace / "sub").mkdir()
     llm = fake_llm(SCRIPT)
-    host = make_host(llm)
+    host = make_host(llm, middleware=MiddlewareSettings(burst=50))
     channel = watch_channel(host, "test")
 
     def say(text: str, sid: str = "") -> str:
@@ -44,7 +45,14 @@ def test_commands(
     say("/dir /etc", sid)
     assert "not a folder inside" in channel.wait_for("status").text
     say("/plan", sid)
-    assert "not available yet" in channel.wait_for("status").text
+    assert channel.wait_for("status").text.startswith("mode is now plan; the plan goes to")
+    say("/edit", sid)
+    assert channel.wait_for("status").text == "mode is now auto; auto-approved: write_file"
+    say("/status", sid)
+    status = channel.wait_for("status").text
+    assert "mode auto" in status and "auto-approvals: write_file" in status
+    say("/default", sid)
+    assert channel.wait_for("status").text == "mode is now default"
     say("/frobnicate", sid)
     unknown = channel.wait_for("status").text
     assert unknown.startswith("unknown command /frobnicate") and "/clear" in unknown
@@ -60,5 +68,8 @@ def test_commands(
     session = host.app.session(sid)
     assert session is not None and session.workspace == str(workspace / "sub")
     names = [type(e).__name__ for e in host.app.session_events(sid)]
-    assert names.count("CommandRun") == 6 and names.count("UserMessageReceived") == 2
+    assert names.count("CommandRun") == 9 and names.count("UserMessageReceived") == 2
+    modes = [(e.mode, e.auto_approve) for e in host.app.session_events(sid)
+             if type(e).__name__ == "ModeChanged"]
+    assert modes == [("plan", []), ("auto", ["write_file"]), ("default", [])]
     assert "ContextCleared" in names and "WorkspaceChanged" in names
