@@ -23,6 +23,8 @@ from events.subjects import Subjects
 TURN_END = ("completed", "failed")
 QUESTION = ": may I run "
 """What marks an approval notice as a question (not its outcome)."""
+REVIEW = " is ready for review:"
+"""What marks a plan notice as a review to answer (not its outcome)."""
 
 
 class TerminalConnector:
@@ -44,8 +46,10 @@ class TerminalConnector:
         self.out = out or sys.stdout
         self.workspace = workspace
         self.answer = answer
-        """Asks the person at the terminal (approvals during a turn); None: nobody to ask."""
+        """Asks the person at the terminal (approvals, questions and plan reviews during a
+        turn); None: nobody to ask."""
         self.session_id = ""
+        self._turns_left = 1
         self._command = False
         self.inbox: queue.Queue[ChannelMessage] = queue.Queue()
         decoder: Decoder[ChannelMessage] = Decoder(ChannelMessage)
@@ -75,8 +79,10 @@ class TerminalConnector:
         return self.session_id
 
     def print_turn(self, timeout: float = 120.0) -> ChannelMessage:
-        """Print the session's messages until the turn ends; returns the last notice."""
+        """Print the session's messages until the turn ends (and the implementation turn
+        an approved plan starts); returns the last notice."""
         streaming = False
+        self._turns_left = 1
         while True:
             try:
                 msg = self.inbox.get(timeout=timeout)
@@ -99,9 +105,20 @@ class TerminalConnector:
                 self._line(f"  ? {msg.text}")
                 self._answer_approval(msg.text.split()[1].rstrip(":"))
                 continue
+            if msg.kind == "question" and self.answer is not None and msg.text.startswith(
+                    "question ") and "\nReply with your answer" in msg.text:
+                self._line(f"  ? {msg.text.split(chr(10) + 'Reply with', 1)[0]}")
+                self._reply(self.answer("answer> ").strip() or "(no answer)")
+                continue
+            if msg.kind == "plan" and self.answer is not None and REVIEW in msg.text:
+                self._line(f"  ? {msg.text}")
+                self._review_plan()
+                continue
             prefix = {"tool": "  ", "interrupted": "  ! ", "failed": "  x "}.get(msg.kind, "  ")
             self._line(f"{prefix}[{msg.kind}] {msg.text}")
-            if msg.kind in TURN_END or msg.kind == "error" or (
+            if msg.kind in TURN_END:
+                self._turns_left -= 1
+            if (msg.kind in TURN_END and self._turns_left <= 0) or msg.kind == "error" or (
                 self._command and msg.kind == "status"
             ):
                 return msg
@@ -113,6 +130,20 @@ class TerminalConnector:
             self.say(f"/approve {interaction_id}")
         else:
             self.say(f"/deny {interaction_id} {reply}".rstrip())
+        self._command = False  # keep waiting for the turn's end
+
+    def _review_plan(self) -> None:
+        assert self.answer is not None
+        reply = self.answer("proceed, clean, or what to change> ").strip()
+        word = reply.lower()
+        if word in ("proceed", "clean", "p", "c", "y", "yes"):
+            self._reply("/clean" if word in ("clean", "c") else "/proceed")
+            self._turns_left += 1  # the implementation turn follows the planning turn
+        else:
+            self._reply(f"/adjust {reply}".rstrip())
+
+    def _reply(self, text: str) -> None:
+        self.say(text)
         self._command = False  # keep waiting for the turn's end
 
     def _line(self, text: str) -> None:

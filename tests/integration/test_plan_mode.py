@@ -1,0 +1,323 @@
+"""Plan mode: the model plans into its plan file, the chat reviews, the session implements.
+
+Each test drives a real engine (NATS, the store, the gatekeeper, the coordinator) with the
+local model server; session ids are sequential so the scripts can name the plan file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.ports import ManualClock, SequentialIds
+from adapters.anthropic_provider import AnthropicProvider
+from adapters.config import Settings
+from adapters.fake_llm import FakeLLM
+from adapters.host import Host
+from events.messages import ToolResultBlock
+from tests.helpers import say
+
+SID = "s1"
+
+
+@pytest.fixture
+def engine(
+    make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
+) -> Iterator[Callable[..., tuple[Host, FakeLLM]]]:
+    hosts: list[Host] = []
+
+    def start(script: str, **overrides: Any) -> tuple[Host, FakeLLM]:
+        llm = fake_llm(script)
+        settings = make_settings(anthropic_base_url=llm.base_url, **overrides)
+        host = Host(settings, provider=AnthropicProvider(None, llm.base_url),
+                    ids=SequentialIds(), clock=ManualClock())
+        hosts.append(host.start())
+        return host, llm
+
+    yield start
+    for host in hosts:
+        host.stop()
+
+
+def plan_file(workspace: Path) -> Path:
+    return workspace / ".tether" / "plans" / f"{SID}.md"
+
+
+def results(host: Host, sid: str = SID) -> list[ToolResultBlock]:
+    """Every tool result the session recorded, in order (executed or refused)."""
+    session = host.app.session(sid)
+    assert session is not None
+    return [b for e in host.app.session_events(sid)
+            if type(e).__name__ in ("ToolCallExecuted", "ToolCallRefused")
+            for b in [ToolResultBlock(e.call_id, e.output, e.is_error)
+                      if type(e).__name__ == "ToolCallExecuted"
+                      else ToolResultBlock(e.call_id, f"refused: {e.reason}", True)]]
+
+
+def review(channel: Any) -> str:
+    """The next plan put to the chat for review (skipping notices of answers)."""
+    while True:
+        text: str = channel.wait_for("plan").text
+        if "is ready for review" in text:
+            return text
+
+
+def events_named(host: Host, name: str, sid: str = SID) -> list[Any]:
+    return [e for e in host.app.session_events(sid) if type(e).__name__ == name]
+
+
+def planning_script(workspace: Path, after_approval: str) -> str:
+    plan = str(plan_file(workspace))
+    return f"""
+responses:
+  - match: "add a greeting"
+    blocks:
+      - text: "Let me just write it."
+      - tool_use: {{name: write_file, input: {{path: "{workspace}/hello.txt", content: "hi"}}}}
+  - match: "plan mode"
+    blocks:
+      - tool_use:
+          name: write_file
+          input: {{path: "{plan}", content: "1. write hello.txt\\n2. read it back"}}
+  - match: "wrote"
+    blocks:
+      - text: "The plan is ready."
+      - tool_use: {{name: ExitPlanMode, input: {{}}}}
+{after_approval}
+"""
+
+
+IMPLEMENT = """
+  - match: "plan below is approved"
+    blocks:
+      - tool_use: {{name: write_file, input: {{path: "{workspace}/hello.txt", content: "hello"}}}}
+  - match: "wrote"
+    blocks: [{{text: "Done: hello.txt says hello."}}]
+"""
+
+
+def test_proceed_keeps_the_context_and_implements_in_auto_mode(
+    engine: Callable[..., tuple[Host, FakeLLM]], workspace: Path,
+    watch_channel: Callable[..., Any],
+) -> None:
+    host, llm = engine(planning_script(workspace, IMPLEMENT.format(workspace=workspace)),
+                       mode="plan")
+    channel = watch_channel(host, "test")
+    sid = say(host, "add a greeting file", user="ana")
+    assert sid == SID
+
+    shown = review(channel)
+    assert "1. write hello.txt" in shown and "/proceed" in shown
+    # While planning, only the plan file was written.
+    assert not (workspace / "hello.txt").exists()
+    refused = results(host)[0]
+    assert refused.is_error and "plan mode: only the plan file" in refused.content
+    assert plan_file(workspace).read_text() == "1. write hello.txt\n2. read it back"
+    first = llm.requests[0]
+    assert "You are in plan mode" in first["system"] and str(plan_file(workspace)) in first[
+        "system"]
+    assert {t["name"] for t in first["tools"]} >= {"ExitPlanMode", "AskUserQuestion"}
+
+    say(host, "/proceed", sid, user="bo")
+    channel.wait_for("completed")  # the planning turn
+    channel.wait_for("completed")  # the implementation turn
+    assert (workspace / "hello.txt").read_text() == "hello"
+
+    proposed = events_named(host, "PlanProposed")
+    assert [(p.source, p.plan) for p in proposed] == [
+        ("file", "1. write hello.txt\n2. read it back")]
+    assert [(r.choice, r.by) for r in events_named(host, "PlanReviewed")] == [("proceed", "bo")]
+    modes = [(m.mode, m.reason) for m in events_named(host, "ModeChanged")]
+    assert modes == [("plan", "the configured starting mode"), ("auto", "plan approved by bo")]
+    exit_result = next(r for r in results(host) if "approved the plan" in r.content)
+    assert not exit_result.is_error
+
+    implementation = next(r for r in llm.requests
+                          if "plan below is approved" in json.dumps(r["messages"]))
+    sent = json.dumps(implementation["messages"])
+    assert "add a greeting file" in sent  # proceed keeps the context
+    assert "1. write hello.txt" in sent  # the prompt carries the plan
+    assert "plan mode" not in implementation["system"]
+    assert "ExitPlanMode" not in {t["name"] for t in implementation["tools"]}
+    session = host.app.session(sid)
+    assert session is not None and session.mode == "auto"
+    assert session.auto_approve == ["write_file"]
+
+
+def test_clean_proceed_starts_the_implementation_with_a_fresh_context(
+    engine: Callable[..., tuple[Host, FakeLLM]], workspace: Path,
+    watch_channel: Callable[..., Any],
+) -> None:
+    host, llm = engine(planning_script(workspace, IMPLEMENT.format(workspace=workspace)))
+    channel = watch_channel(host, "test")
+    sid = say(host, "/plan")  # default mode at start; the command switches
+    channel.wait_for("status")
+    say(host, "add a greeting file", sid)
+    review(channel)
+    say(host, "/clean", sid, user="bo")
+    channel.wait_for("completed")
+    channel.wait_for("completed")
+
+    implementation = next(r for r in llm.requests
+                          if "plan below is approved" in json.dumps(r["messages"]))
+    assert len(implementation["messages"]) == 1  # nothing of the planning conversation
+    assert "add a greeting file" not in json.dumps(implementation["messages"])
+    assert "1. write hello.txt" in json.dumps(implementation["messages"])
+    assert [r.choice for r in events_named(host, "PlanReviewed", sid)] == ["clean_proceed"]
+    assert events_named(host, "ContextCleared", sid)
+    assert (workspace / "hello.txt").read_text() == "hello"
+
+
+def test_adjust_sends_the_feedback_back_and_stays_in_plan_mode(
+    engine: Callable[..., tuple[Host, FakeLLM]], workspace: Path,
+    watch_channel: Callable[..., Any],
+) -> None:
+    plan = plan_file(workspace)
+    revise = f"""
+  - match: "also say goodbye"
+    blocks:
+      - tool_use:
+          name: write_file
+          input: {{path: "{plan}", content: "1. hello.txt\\n2. bye.txt"}}
+  - match: "wrote"
+    blocks:
+      - tool_use: {{name: ExitPlanMode, input: {{}}}}
+"""
+    host, llm = engine(planning_script(workspace, revise), mode="plan")
+    channel = watch_channel(host, "test")
+    sid = say(host, "add a greeting file")
+    review(channel)
+    say(host, "also say goodbye", sid, user="bo")  # plain text: feedback
+    second = review(channel)
+    assert "2. bye.txt" in second
+
+    feedback = next(r for r in results(host) if "wants the plan changed" in r.content)
+    assert feedback.is_error and "also say goodbye" in feedback.content
+    assert [(r.choice, r.feedback) for r in events_named(host, "PlanReviewed")] == [
+        ("adjust", "also say goodbye")]
+    session = host.app.session(sid)
+    assert session is not None and session.mode == "plan" and session.status == "running"
+    assert "You are in plan mode" in llm.requests[-1]["system"]
+
+
+def test_a_plan_file_written_without_exit_plan_mode_is_reviewed_anyway(
+    engine: Callable[..., tuple[Host, FakeLLM]], workspace: Path,
+    watch_channel: Callable[..., Any],
+) -> None:
+    plan = plan_file(workspace)
+    script = f"""
+responses:
+  - match: "plan the greeting"
+    blocks:
+      - tool_use: {{name: write_file, input: {{path: "{plan}", content: "1. greet"}}}}
+  - match: "wrote"
+    blocks: [{{text: "I wrote the plan."}}]
+  - match: "plan below is approved"
+    blocks: [{{text: "Implemented."}}]
+"""
+    host, llm = engine(script, mode="plan")
+    channel = watch_channel(host, "test")
+    sid = say(host, "plan the greeting")
+    assert "1. greet" in review(channel)
+    assert not events_named(host, "TurnCompleted")  # the turn waits for the review
+    say(host, "proceed", sid)  # plain text works as well as /proceed
+    channel.wait_for("completed")
+    assert channel.wait_for("completed").text
+    assert [p.source for p in events_named(host, "PlanProposed")] == ["file"]
+    assert [p.call_id for p in events_named(host, "PlanProposed")] == [""]
+    assert "1. greet" in json.dumps(llm.requests[-1]["messages"])
+
+
+def test_the_plan_comes_from_the_streamed_text_else_a_fallback_line(
+    engine: Callable[..., tuple[Host, FakeLLM]], watch_channel: Callable[..., Any],
+) -> None:
+    script = """
+responses:
+  - match: "plan one"
+    blocks:
+      - text: "Plan: rename foo to bar everywhere."
+      - tool_use: {name: ExitPlanMode, input: {}}
+  - match: "wants the plan changed"
+    blocks: [{text: "I will think again."}]
+  - match: "plan two"
+    blocks:
+      - tool_use: {name: ExitPlanMode, input: {}}
+  - match: "wants the plan changed"
+    blocks: [{text: "ok"}]
+"""
+    host, _ = engine(script, mode="plan")
+    channel = watch_channel(host, "test")
+    sid = say(host, "plan one")
+    assert "rename foo to bar" in review(channel)  # no plan file: the streamed text
+    say(host, "/adjust be more precise", sid)
+    channel.wait_for("completed")
+    say(host, "plan two", sid)
+    # No file, nothing written, no text this turn: the fallback line is reviewed.
+    assert "no plan text was found" in review(channel)
+    say(host, "/adjust try again", sid)
+    channel.wait_for("completed")
+    assert [p.source for p in events_named(host, "PlanProposed")] == ["streamed", "fallback"]
+
+
+def test_exit_plan_mode_outside_plan_mode_and_review_commands_without_a_plan(
+    engine: Callable[..., tuple[Host, FakeLLM]], watch_channel: Callable[..., Any],
+) -> None:
+    script = """
+responses:
+  - match: "exit"
+    blocks:
+      - tool_use: {name: ExitPlanMode, input: {}}
+  - match: "not in plan mode"
+    blocks: [{text: "Understood."}]
+"""
+    host, _ = engine(script)
+    channel = watch_channel(host, "test")
+    sid = say(host, "exit please")
+    channel.wait_for("completed")
+    refused = results(host, sid)[0]
+    assert refused.is_error and "not in plan mode" in refused.content
+    say(host, "/proceed", sid)
+    assert channel.wait_for("status").text == "no plan is waiting for review"
+
+
+def test_a_kill_cancels_a_pending_plan_review(
+    engine: Callable[..., tuple[Host, FakeLLM]], workspace: Path,
+    watch_channel: Callable[..., Any],
+) -> None:
+    from actors.runtime import ask
+    from events.messages import Killed, KillSession
+
+    host, _ = engine(planning_script(workspace, ""), mode="plan")
+    channel = watch_channel(host, "test")
+    sid = say(host, "add a greeting file")
+    review(channel)
+    ask(host.bus, host.subjects.manager, KillSession(session_id=sid, reason="enough"), Killed)
+    cancelled = channel.wait_for("plan").text
+    assert "was cancelled: enough" in cancelled
+    exit_call = results(host, sid)[-1]
+    assert exit_call.is_error and "killed" in exit_call.content
+
+
+def test_the_terminal_reviews_the_plan_and_follows_the_implementation(
+    engine: Callable[..., tuple[Host, FakeLLM]], workspace: Path,
+) -> None:
+    import io
+
+    from adapters.terminal import TerminalConnector
+
+    host, _ = engine(planning_script(workspace, IMPLEMENT.format(workspace=workspace)),
+                     mode="plan")
+    out = io.StringIO()
+    terminal = TerminalConnector(host.bus, host.subjects, channel="term", out=out,
+                                 answer=lambda prompt: "proceed")
+    terminal.say("add a greeting file")
+    last = terminal.print_turn(timeout=30)
+    assert last.kind == "completed"
+    printed = out.getvalue()
+    assert "1. write hello.txt" in printed and "Done: hello.txt says hello." in printed
+    assert (workspace / "hello.txt").read_text() == "hello"
+    terminal.close()
