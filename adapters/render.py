@@ -67,6 +67,18 @@ def event_summary(name: str, data: dict[str, Any]) -> str:
         return f"before {data.get('call_id')}: {', '.join(data.get('paths', []))}"
     if name == "FilesRestored":
         return f"undo to event {data.get('to_version')}: {', '.join(data.get('paths', []))}"
+    if name == "CommandRun":
+        return f"/{data.get('name')} by {data.get('user')}: {_clip(str(data.get('result')), 60)}"
+    if name == "ModeChanged":
+        auto = ", ".join(data.get("auto_approve", [])) or "none"
+        return f"mode {data.get('mode')} (auto-approved: {auto}; {data.get('reason')})"
+    if name == "PlanProposed":
+        return f"from {data.get('source')}: {_clip(str(data.get('plan')), 60)}"
+    if name == "PlanReviewed":
+        feedback = f": {_clip(str(data.get('feedback')), 50)}" if data.get("feedback") else ""
+        return f"{data.get('choice')} by {data.get('by')}{feedback}"
+    if name == "WorkspaceChanged":
+        return f"-> {data.get('path')}"
     if name in ("TurnFailed", "ActorFailed"):
         return _clip(str(data.get("error")), 80)
     return ""

@@ -40,3 +40,5 @@ def test_make_run_on_a_clean_checkout(tmp_path: Path) -> None:
     assert "rule no-todo interrupted the reply" in output
     assert "denied" in output and "outside the workspace" in output
     assert "== event timeline" in output and "TurnCompleted" in output
+    assert "is ready for review" in output and "PlanReviewed" in output
+    assert "def multiply(a, b):" in output  # implemented after the plan was approved

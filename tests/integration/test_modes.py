@@ -6,7 +6,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from adapters.config import Settings
 from adapters.fake_llm import FakeLLM
 from adapters.host import Host
 from tests.helpers import say
