@@ -128,7 +128,7 @@ def plan_result(choice: str, feedback: str) -> tuple[str, bool]:
     error (adjust: the model must change the plan and stay in plan mode)."""
     if choice == "adjust":
         return (f"The user wants the plan changed before anything is implemented: "
-                f"{feedback or '(no details given)'}. Stay in plan mode, update the plan "
-                "file and call ExitPlanMode again."), True
+                f"{feedback.rstrip('.') or '(no details given)'}. Stay in plan mode, update "
+                "the plan file and call ExitPlanMode again."), True
     fresh = " with a fresh context" if choice == "clean_proceed" else ""
     return f"The user approved the plan; implementation follows{fresh}.", False
