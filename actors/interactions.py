@@ -22,7 +22,7 @@ import msgspec
 
 from actors.engine_tools import read_plan_reply
 from actors.ports import Clock, Ids
-from actors.runtime import ActorSystem, Envelope, TetherActor
+from actors.runtime import ActorSystem, Envelope, TetherActor, Tick
 from events.application import TetherApplication
 from events.interactions import Interaction
 from events.messages import (
@@ -46,9 +46,7 @@ PRIORITY = {"approval": 0, "question": 1, "plan_review": 2}
 
 Request = ApprovalRequest | QuestionRequest | PlanReviewRequest
 
-
-class Tick(msgspec.Struct):
-    """Time passed: look for interactions that expired."""
+__all__ = ["InteractionCoordinatorActor", "Tick"]
 
 
 class _Pending:

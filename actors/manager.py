@@ -3,27 +3,37 @@
 Bound to ``<ns>.inbox`` (connectors' UserMessages, queue group ``engine``) and
 ``<ns>.manager`` (list and kill requests). It starts a session's actors on first use,
 including sessions recovered from the store after a restart, and forwards each message
-over NATS to ``<ns>.session.<id>``.
+over NATS to ``<ns>.session.<id>``. A message names its session by id or by name
+(finished sessions too: a message to one resumes it). At most ``max_sessions`` sessions
+are active at once; a new or resumed one beyond that is refused, saying what to do. Each
+second (Tick) it passes the time on to its sessions (idle timeouts, the safety net); every
+minute it drops from memory the sessions finished for an hour (they stay in the store).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
+from actors.lifecycle import ACTIVE, FINISHED
 from actors.middleware import Gate, MiddlewareSettings, Refusal
 from actors.naming import name_from_prompt
 from actors.ports import Clock, Ids, SystemClock
 from actors.redact import Redactor
-from actors.runtime import ActorHandle, ActorSystem, AskResult, Envelope, TetherActor
-from actors.session import NewSession
+from actors.runtime import ActorHandle, ActorSystem, AskResult, Envelope, TetherActor, Tick
+from actors.session import ForkOf, NewSession, SessionTick
 from events.application import TetherApplication
 from events.inbox import RefusedMessage
 from events.messages import (
+    Accepted,
     ChannelMessage,
     ErrorReply,
+    ForkSession,
     Killed,
     KillSession,
     ListSessions,
@@ -31,11 +41,31 @@ from events.messages import (
     SessionSummary,
     UserMessage,
 )
+from events.ttsr import RuleLog
 
 log = logging.getLogger(__name__)
 
 SessionSpawner = Callable[[str, NewSession | None], list[ActorHandle]]
 """Starts the actors of one session (its session actor and TTSR monitor)."""
+
+CLEANUP_EVERY = 60
+"""Ticks (seconds) between two clean-ups."""
+
+
+class SessionLimits(msgspec.Struct, kw_only=True, frozen=True):
+    """How many sessions may be active, how long finished ones stay in memory, how many
+    finished sessions can be resumed by name, and a new session's budget."""
+
+    max_sessions: int = 5
+    keep_finished: float = 3600.0
+    resumable: int = 50
+    budget_usd: float = 0.0
+
+
+class KillAll(msgspec.Struct):
+    """In-process, at shutdown: kill every active session."""
+
+    reason: str
 
 
 class SessionManagerActor(TetherActor):
@@ -53,8 +83,12 @@ class SessionManagerActor(TetherActor):
         gate: Gate | None = None,
         clock: Clock | None = None,
         redactor: Redactor | None = None,
+        limits: SessionLimits | None = None,
     ) -> None:
         super().__init__(system)
+        self.limits = limits or SessionLimits()
+        self.ticks = 0
+        self.finished_since: dict[str, dt.datetime] = {}
         self.redactor = redactor or Redactor()
         self.gate = gate or Gate(MiddlewareSettings())
         self.clock = clock or SystemClock()
@@ -84,8 +118,15 @@ class SessionManagerActor(TetherActor):
             self.reply(envelope, SessionList(sessions=self.list_sessions()))
         elif isinstance(message, KillSession):
             self._on_kill(message, envelope)
+        elif isinstance(message, ForkSession):
+            self._on_fork(message, envelope)
         elif isinstance(message, AskResult):
             self._on_killed(message)
+        elif isinstance(message, Tick):
+            self._on_tick()
+        elif isinstance(message, KillAll):
+            for sid, handles in self.live.items():
+                handles[-1].tell(KillSession(session_id=sid, reason=message.reason))
 
     def _on_user_message(self, message: UserMessage, envelope: Envelope | None) -> None:
         size = envelope.size if envelope is not None else 0
@@ -95,16 +136,22 @@ class SessionManagerActor(TetherActor):
             return
         sid = message.session_id
         if sid and sid not in self.live:
-            if self.app.session(sid) is None:
-                reason = f"no session {sid!r}; leave session_id empty to start a new one"
-                self.reply(envelope, ErrorReply(error="unknown_session", reason=reason))
-                self.send(
-                    self.subjects.channel_out(message.channel),
-                    ChannelMessage(session_id=sid, kind="error", text=reason),
-                )
+            found = self._resolve(sid)
+            if found is None:
+                reason = (f"no session {sid!r} (by id or name); leave session_id empty to "
+                          "start a new one")
+                self._error(message.channel, envelope, "unknown_session", reason, sid)
+                return
+            sid = found
+        if sid and sid not in self.live:
+            stored = self.app.session(sid)
+            if stored is not None and stored.status in FINISHED and not self._room(
+                    message.channel, envelope, f"resume {stored.name}"):
                 return
             self.live[sid] = self.spawn(sid, None)
         elif not sid:
+            if not self._room(message.channel, envelope, "start a new session"):
+                return
             workspace = self._workspace(message.workspace)
             if workspace is None:
                 reason = (
@@ -121,17 +168,107 @@ class SessionManagerActor(TetherActor):
             names = self._taken_names()
             name = name_from_prompt(message.text, names)
             names.add(name)
-            new = NewSession(name=name, workspace=workspace, channel=message.channel)
+            new = NewSession(name=name, workspace=workspace, channel=message.channel,
+                             multi_turn=not message.single_turn,
+                             budget_usd=message.budget_usd or self.limits.budget_usd)
             self.live[sid] = self.spawn(sid, new)
-        forwarded = UserMessage(
-            text=message.text,
-            channel=message.channel,
-            session_id=sid,
-            user=message.user,
-            workspace=message.workspace,
-        )
+        forwarded = msgspec.structs.replace(message, session_id=sid)
         # The session answers the original requester (Accepted) once the message is stored.
         self.send(self.subjects.session(sid), forwarded, reply=envelope.reply if envelope else "")
+
+    def _error(self, channel: str, envelope: Envelope | None, error: str, reason: str,
+               session_id: str = "") -> None:
+        self.reply(envelope, ErrorReply(error=error, reason=reason))
+        self.send(self.subjects.channel_out(channel),
+                  ChannelMessage(session_id=session_id, kind="error", text=reason))
+
+    def _resolve(self, ref: str) -> str | None:
+        """The id of the session ``ref`` names: a stored id, else the name of an active
+        session or of one of the ``resumable`` most recently active finished ones."""
+        if self.app.session(ref) is not None:
+            return ref
+        rows = [r for r in self.list_sessions() if r.name == ref]
+        finished = [r.session_id for r in self.list_sessions() if r.status in FINISHED]
+        resumable = set(finished[: self.limits.resumable])
+        for row in rows:  # most recently active first
+            if row.status in ACTIVE or row.session_id in resumable:
+                return row.session_id
+        return None
+
+    def _room(self, channel: str, envelope: Envelope | None, what: str) -> bool:
+        """Whether another session may become active; if not, refuse saying why."""
+        rows = {r.session_id: r.status for r in self.list_sessions()}
+        active = {sid for sid, status in rows.items() if status in ACTIVE}
+        active |= {sid for sid in self.live if sid not in rows}  # not in the view yet
+        limit = self.limits.max_sessions
+        if len(active) < limit:
+            return True
+        self._error(channel, envelope, "session_limit", (
+            f"cannot {what}: {len(active)} sessions are active and the limit is {limit}. "
+            "Finish or kill one (`tether kill NAME`), or raise max_sessions."))
+        return False
+
+    def _on_fork(self, message: ForkSession, envelope: Envelope | None) -> None:
+        """A new session with the source's history (and TTSR injections) up to an event."""
+        source_id = self._resolve(message.session_id)
+        source = None if source_id is None else self.app.session(
+            source_id, version=message.at_version or None)
+        if source is not None and source.version < message.at_version:
+            source = None  # the event asked for does not exist (yet)
+        if source_id is None or source is None:
+            where = f" at event {message.at_version}" if message.at_version else ""
+            self._error(message.channel, envelope, "unknown_session",
+                        f"no session {message.session_id!r}{where} to fork")
+            return
+        if not self._room(message.channel, envelope, f"fork {source.name}"):
+            return
+        sid = self.ids.new()
+        names = self._taken_names()
+        name = name_from_prompt(f"{source.name} fork", names)
+        names.add(name)
+        self._copy_rule_log(source_id, sid, before_turn=source.completed_turns)
+        self.live[sid] = self.spawn(sid, NewSession(
+            name=name, workspace=source.workspace, channel=message.channel,
+            budget_usd=self.limits.budget_usd,
+            fork=ForkOf(source_id=source_id, at_version=source.version,
+                        history=source.history, fired_rules=source.fired_rules)))
+        self.reply(envelope, Accepted(session_id=sid))
+
+    def _copy_rule_log(self, source_id: str, target_id: str, before_turn: int) -> None:
+        """The fork keeps the injections of the turns it copied, so ``once`` and
+        ``after-gap`` rules count them."""
+        source = self.app.rule_log(source_id)
+        copied = [(n, t) for n, t in (source.injections if source else []) if t < before_turn]
+        if not copied:
+            return
+        log = RuleLog(session_id=target_id)
+        for name, turn in copied:
+            log.trigger(rules=[name], source="fork", offset=0, generation=0, turn=turn)
+        self.app.save(log)
+
+    def _on_tick(self) -> None:
+        for handles in self.live.values():
+            handles[-1].tell(SessionTick())
+        self.ticks += 1
+        if self.ticks % CLEANUP_EVERY == 0:
+            self.clean_up()
+
+    def clean_up(self) -> None:
+        """Drop from memory the sessions finished for ``keep_finished`` seconds (their
+        actors stop; they stay in the store and resume on their next message)."""
+        now = self.clock.now()
+        statuses = {r.session_id: r.status for r in self.list_sessions()}
+        for sid in list(self.live):
+            if statuses.get(sid) not in FINISHED:
+                self.finished_since.pop(sid, None)
+                continue
+            since = self.finished_since.setdefault(sid, now)
+            if (now - since).total_seconds() >= self.limits.keep_finished:
+                for handle in self.live.pop(sid):
+                    self.system.forget(handle)
+                del self.finished_since[sid]
+                log.info("session %s finished over %g s ago: dropped from memory", sid,
+                         self.limits.keep_finished)
 
     def _refuse(
         self, message: UserMessage, refusal: Refusal, size: int, envelope: Envelope | None
@@ -157,6 +294,9 @@ class SessionManagerActor(TetherActor):
 
     def _on_kill(self, message: KillSession, envelope: Envelope | None) -> None:
         sid = message.session_id
+        if sid not in self.live:
+            sid = self._resolve(sid) or sid  # a name
+            message = msgspec.structs.replace(message, session_id=sid)
         if sid not in self.live:
             self.reply(envelope, Killed(session_id=sid, found=False))
             return

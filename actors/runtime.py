@@ -179,6 +179,10 @@ class TetherActor(pykka.ThreadingActor):
         self.bus.request(subject, encode(message), timeout, on_reply)
 
 
+class Tick(msgspec.Struct):
+    """Time passed: actors with timers check them against their injected clock."""
+
+
 class Binding(msgspec.Struct):
     """A subject an actor listens on and the message types accepted there."""
 

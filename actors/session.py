@@ -37,9 +37,11 @@ from actors.commands import (
 from actors.context import DEFAULT_SYSTEM_PROMPT, build_request
 from actors.engine_tools import ASK_USER_QUESTION, ENGINE_TOOLS, EXIT_PLAN_MODE
 from actors.gatekeeper_policy import action_hash
+from actors.lifecycle import FINISHED, refusal
 from actors.modes import plan_file_for
 from actors.notices import full_input
 from actors.ports import (
+    Clock,
     MessageDone,
     ModelEvent,
     ModelRequest,
@@ -47,6 +49,7 @@ from actors.ports import (
     ProviderError,
     Snapshot,
     Snapshots,
+    SystemClock,
     TextDelta,
     ThinkingDelta,
     ToolExecutor,
@@ -67,6 +70,7 @@ from events.messages import (
     ChannelMessage,
     ChatText,
     ContentBlock,
+    ErrorReply,
     InteractionAnswer,
     InteractionOpened,
     InteractionSettled,
@@ -86,7 +90,7 @@ from events.messages import (
     UserMessage,
     Verdict,
 )
-from events.session import Session
+from events.session import Session, Turn
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +121,19 @@ class SessionConfig(msgspec.Struct, kw_only=True):
     """The mode a new session starts in: default, plan or auto."""
     auto_approve: list[str] = msgspec.field(default_factory=lambda: ["write_file"])
     """Tools whose policy escalations ``auto`` mode approves (``/edit``)."""
+    idle_timeout: float = 1800.0
+    """Seconds a multi-turn session may wait for input before it is killed (0: never)."""
+    safety_net: float = 15.0
+    """Seconds without any activity mid-turn before the session says it waits (0: never)."""
+
+
+class ForkOf(msgspec.Struct, kw_only=True):
+    """Where a forked session starts: a copy of ``source_id`` at event ``at_version``."""
+
+    source_id: str
+    at_version: int
+    history: list[Turn]
+    fired_rules: list[str]
 
 
 class NewSession(msgspec.Struct, kw_only=True):
@@ -125,6 +142,13 @@ class NewSession(msgspec.Struct, kw_only=True):
     name: str
     workspace: str
     channel: str
+    multi_turn: bool = True
+    budget_usd: float = 0.0
+    fork: ForkOf | None = None
+
+
+class SessionTick(msgspec.Struct):
+    """Time passed (from the manager): check the idle timeout and the safety net."""
 
 
 # --- in-process messages -------------------------------------------------------------------
@@ -184,9 +208,13 @@ class SessionActor(TetherActor):
         new: NewSession | None = None,
         redactor: Redactor | None = None,
         snapshots: Snapshots | None = None,
+        clock: Clock | None = None,
     ) -> None:
         super().__init__(system)
         self.session_id = session_id
+        self.clock = clock or SystemClock()
+        self.last_input = self.last_activity = self.clock.now()
+        self.safety_fired = False
         self.redactor = redactor or Redactor()
         self.streams: dict[tuple[str, int], StreamRedactor] = {}
         self.snapshot_store = snapshots
@@ -229,7 +257,13 @@ class SessionActor(TetherActor):
                 workspace=self.new.workspace,
                 model=self.config.model,
                 channel=self.new.channel,
+                multi_turn=self.new.multi_turn,
+                budget_usd=self.new.budget_usd,
             )
+            if self.new.fork is not None:
+                fork = self.new.fork
+                session.fork_from(source_id=fork.source_id, at_version=fork.at_version,
+                                  history=fork.history, fired_rules=fork.fired_rules)
             if self.config.mode != "default":
                 session.change_mode(mode=self.config.mode, auto_approve=self._auto_list(
                     self.config.mode), reason="the configured starting mode")
@@ -237,13 +271,14 @@ class SessionActor(TetherActor):
         self.session = session
         self.phase = "idle"
         self.tool_queue.clear()
-        if session.status == "running":
+        self.last_input = self.last_activity = self.clock.now()
+        if session.in_turn and session.status not in FINISHED:
             # The process (or this actor) stopped mid-turn: the turn is lost. Answer every
             # tool call left without a result, so the history stays valid for the model,
             # say what happened, and take up any queued message.
             self._refuse_pending("the turn was interrupted by a restart before this call ran")
             self._record_failure("the turn was interrupted by a restart")
-        elif session.queued and session.status != "killed":
+        elif session.queued and session.status not in FINISHED:
             self._start_queued()  # a message was stored but its turn had not started
 
     def on_stop(self) -> None:
@@ -276,6 +311,8 @@ class SessionActor(TetherActor):
             self._on_tool_finished(message)
         elif isinstance(message, InteractionSettled):
             self._on_settled(message)
+        elif isinstance(message, SessionTick):
+            self._on_tick()
         elif isinstance(message, KillSession):
             self._kill(message.reason)
             self.reply(envelope, Killed(session_id=self.session_id, found=True))
@@ -302,6 +339,15 @@ class SessionActor(TetherActor):
             self.reply(envelope, accepted)
             return
         self._refresh()
+        self.last_input = self.clock.now()
+        if self.session.budget_exhausted:
+            text = (f"session {self.session.name} spent ${self.session.cost_usd:.4f} of its "
+                    f"${self.session.budget_usd:.2f} budget and cannot go on; fork it or "
+                    "start a new session")
+            self.send(self.subjects.channel_out(message.channel),
+                      ChannelMessage(session_id=self.session_id, kind="error", text=text))
+            self.reply(envelope, ErrorReply(error="budget_exhausted", reason=text))
+            return
         if self.phase != "idle" or self.session.queued:
             self.session.queue_user_message(
                 text=message.text, channel=message.channel, user=message.user
@@ -404,10 +450,21 @@ class SessionActor(TetherActor):
         self._begin_turn()
 
     def _receive(self, text: str, channel: str, user: str) -> None:
+        resumed = self.session.status in FINISHED
         self.session.receive_user_message(text=text, channel=channel, user=user)
         if self.session.status != "running":
-            self.session.change_status(status="running", reason="user message")
+            self._set_status("running", "resumed" if resumed else "user message")
         self.app.save(self.session)
+
+    def _set_status(self, status: str, reason: str) -> bool:
+        """Move to ``status`` if the lifecycle allows it (unsaved); else log and refuse."""
+        why = refusal(self.session.status, status)
+        if why is not None:
+            log.warning("session %s: refused to become %s (%s): %s", self.session_id, status,
+                        reason, why)
+            return False
+        self.session.change_status(status=status, reason=reason)
+        return True
 
     def _begin_turn(self) -> None:
         self.plan = _PlanTracker()
@@ -418,6 +475,7 @@ class SessionActor(TetherActor):
         self._call_model()
 
     def _call_model(self) -> None:
+        self._active()
         self.streams = {}
         self.generation = self.session.version
         self.seq = 0
@@ -459,6 +517,7 @@ class SessionActor(TetherActor):
     def _on_model_delta(self, message: ModelDelta) -> None:
         if message.generation != self.generation or self.phase != "streaming":
             return  # a delta of an aborted call
+        self._active()
         event = message.event
         if isinstance(event, TextDelta):
             self.partial += event.text
@@ -557,12 +616,20 @@ class SessionActor(TetherActor):
             usage=done.usage,
             generation=self.generation,
         )
-        self.app.save(self.session)
         self.turn_usage = Usage(
             self.turn_usage.input_tokens + done.usage.input_tokens,
             self.turn_usage.output_tokens + done.usage.output_tokens,
         )
         self.rounds += 1
+        spent = self.session.cost_usd + self._turn_cost()
+        budget = self.session.budget_usd
+        if budget > 0 and spent > budget:
+            self.session.exhaust_budget(cost_usd=spent, budget_usd=budget)
+            self._refuse_pending(f"not run: the session's ${budget:.2f} budget is spent")
+            self._record_failure(f"budget exhausted: ${spent:.4f} spent of ${budget:.2f}",
+                                 finish=True)
+            return
+        self.app.save(self.session)
         said = "".join(b.text for b in done.content if isinstance(b, TextBlock)).strip()
         if said:
             self.plan.streamed = self.redactor.text(said)
@@ -709,6 +776,7 @@ class SessionActor(TetherActor):
             channel=self.session.channel))
 
     def _open_interaction(self, phase: str, call_id: str, request: Any) -> None:
+        self.app.save(self.session)  # the call's proposal and decision come first
         self.phase = phase
         self.waiting_call = call_id
         self.ask_async(self.subjects.interactions, request, InteractionOpened,
@@ -836,6 +904,7 @@ class SessionActor(TetherActor):
     def _on_tool_finished(self, message: ToolFinished) -> None:
         if self.phase != "executing" or not self.tool_queue:
             return
+        self._active()
         if message.generation != self.generation:
             return
         if self.tool_queue[0].id != message.call_id:
@@ -878,10 +947,10 @@ class SessionActor(TetherActor):
         self.session.complete_turn(
             rounds=self.rounds,
             usage=self.turn_usage,
-            cost_usd=cost_usd(self.config.model, self.turn_usage),
+            cost_usd=self._turn_cost(),
             stop=stop,
         )
-        self.session.change_status(status="waiting", reason="waiting for input")
+        self._turn_ended("the turn is done", "completed")
         self.app.save(self.session)
         if take_queued:
             self._idle()
@@ -889,19 +958,60 @@ class SessionActor(TetherActor):
             self.phase = "idle"
             self.tool_queue.clear()
 
-    def _record_failure(self, error: str) -> None:
+    def _record_failure(self, error: str, finish: bool = False) -> None:
+        """The turn failed with ``error``; ``finish``: so does the session."""
         self._cancel_interactions(error)
         self._cancel_stream()
         self._add_reminders()
-        self.session.fail_turn(error=error)
-        self.session.change_status(status="waiting", reason=f"turn failed: {error}")
+        self.session.fail_turn(error=error, cost_usd=self._turn_cost())
+        self.turn_usage = Usage()
+        if finish:
+            self._set_status("failed", error)
+        else:
+            self._turn_ended(f"the turn failed: {error}", "failed")
         self.app.save(self.session)
         self._idle()
+
+    def _turn_ended(self, why: str, single_turn_status: str) -> None:
+        """A multi-turn session stays running and waits for input; a single-turn session
+        is finished (unsaved)."""
+        self.last_input = self.clock.now()
+        self.safety_fired = False
+        if self.session.multi_turn:
+            self.session.signal_waiting(reason=why)
+        else:
+            self._set_status(single_turn_status, why)
+
+    def _turn_cost(self) -> float:
+        return cost_usd(self.config.model, self.turn_usage)
+
+    # --- timers -------------------------------------------------------------------------
+
+    def _active(self) -> None:
+        self.last_activity = self.clock.now()
+
+    def _on_tick(self) -> None:
+        """The idle timeout kills a multi-turn session nobody talks to; the safety net
+        says a turn waits when nothing has happened for a while (once a turn)."""
+        now = self.clock.now()
+        idle_for = (now - self.last_input).total_seconds()
+        quiet_for = (now - self.last_activity).total_seconds()
+        if self.phase == "idle":
+            limit = self.config.idle_timeout
+            if (limit and self.session.status == "running" and self.session.multi_turn
+                    and not self.session.queued and idle_for >= limit):
+                self._kill(f"idle for {limit / 60:g} minutes")
+        elif self.config.safety_net and not self.safety_fired and (
+                quiet_for >= self.config.safety_net):
+            self.safety_fired = True
+            self.session.signal_waiting(
+                reason=f"nothing has happened for {self.config.safety_net:g} s")
+            self.app.save(self.session)
 
     def _idle(self) -> None:
         self.phase = "idle"
         self.tool_queue.clear()
-        if self.session.queued and self.session.status != "killed":
+        if self.session.queued and self.session.status not in FINISHED:
             self._start_queued()
 
     def _refuse_pending(self, reason: str) -> None:
@@ -926,7 +1036,7 @@ class SessionActor(TetherActor):
         self._refuse_pending("the session was killed before this call finished")
         self.tool_queue.clear()
         if self.session.status != "killed":
-            self.session.change_status(status="killed", reason=reason)
+            self._set_status("killed", reason)
         self.app.save(self.session)
         self.phase = "idle"
         self.generation = -1

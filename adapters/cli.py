@@ -120,12 +120,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     settings = _settings(args)
     host: Any = None
     if args.remote:
-        from adapters.nats_bus import NatsBus
-        from events.subjects import Subjects
-
-        url = settings.nats_url or _read_nats_url(settings)
-        bus: Any = NatsBus(url, name="tether-chat")
-        subjects = Subjects(settings.namespace)
+        bus, subjects = _remote(settings)
         close: Callable[[], None] = bus.close
     else:
         from adapters.host import Host
@@ -155,6 +150,48 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if terminal.session_id:
         print(f"\nsession {terminal.session_id}; continue with: tether chat --session "
               f"{terminal.session_id}")
+    return 0
+
+
+def _remote(settings: Settings) -> tuple[Any, Any]:
+    """A bus connected to the running engine, and its subjects."""
+    from adapters.nats_bus import NatsBus
+    from events.subjects import Subjects
+
+    url = settings.nats_url or _read_nats_url(settings)
+    return NatsBus(url, name="tether-cli"), Subjects(settings.namespace)
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    from actors.runtime import ask
+    from events.messages import Killed, KillSession
+
+    bus, subjects = _remote(_settings(args))
+    try:
+        killed = ask(bus, subjects.manager, KillSession(session_id=args.session,
+                                                        reason=args.reason), Killed)
+    finally:
+        bus.close()
+    if not killed.found:
+        print(f"tether: no active session {args.session!r}", file=sys.stderr)
+        return 1
+    print(f"killed {killed.session_id}")
+    return 0
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    from actors.runtime import ask
+    from events.messages import Accepted, ForkSession
+
+    bus, subjects = _remote(_settings(args))
+    try:
+        forked = ask(bus, subjects.manager, ForkSession(
+            session_id=args.session, at_version=args.at or 0, channel="cli"), Accepted,
+            timeout=15)
+    finally:
+        bus.close()
+    print(f"forked {args.session} into {forked.session_id}; continue with: tether chat "
+          f"--remote --session {forked.session_id}")
     return 0
 
 
@@ -411,7 +448,7 @@ def cmd_undo(args: argparse.Namespace) -> int:
         sid = _resolve(app, _view(settings, app), args.session)
         session = app.session(sid)
         assert session is not None
-        if session.status == "running":
+        if session.in_turn:
             raise ConfigError(f"session {sid} is in the middle of a turn; undo it when it waits")
         restored_ids = {i for e in app.session_events(sid) if type(e).__name__ == "FilesRestored"
                         for i in e.snapshot_ids}
@@ -495,6 +532,14 @@ def build_parser() -> argparse.ArgumentParser:
     add("demo", "run a short scripted conversation that shows every actor, then print the "
         "session view and its event timeline", cmd_demo)
     add("sessions", "list sessions from the session view", cmd_sessions)
+    kill = add("kill", "kill an active session of the running engine", cmd_kill)
+    kill.add_argument("session", help="session id or name")
+    kill.add_argument("--reason", default="killed by user", help="recorded with the kill")
+    fork = add("fork", "start a new session from another's history, up to an event, on the "
+               "running engine", cmd_fork)
+    fork.add_argument("session", help="session id or name")
+    fork.add_argument("--at", type=int, metavar="EVENT",
+                      help="the last event to copy (default: the latest; see tether events)")
     events = add("events", "print a session's stored event timeline", cmd_events)
     events.add_argument("session", help="session id or name")
     events.add_argument("--json", action="store_true", help="one JSON object per event")

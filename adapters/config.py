@@ -81,6 +81,7 @@ Namespace = Annotated[
 ]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 
 
 class ProtectionSettings(ProtectionConfig, frozen=True, forbid_unknown_fields=True):
@@ -111,6 +112,16 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ask_timeout: PositiveFloat = 5.0
     approval_timeout: PositiveFloat = 300.0
     """Seconds an approval or a question waits for an answer before it counts as a no."""
+    max_sessions: PositiveInt = 5
+    """Sessions active at once (starting or running); more are refused."""
+    idle_timeout: NonNegativeFloat = 1800.0
+    """Seconds a multi-turn session may wait for input before it is killed (0: never)."""
+    safety_net: NonNegativeFloat = 15.0
+    """Seconds without any activity mid-turn before a session says it waits (0: never)."""
+    budget_usd: NonNegativeFloat = 10.0
+    """Dollars a new session may spend (0: no limit); a message may set its own."""
+    resumable_sessions: PositiveInt = 50
+    """Finished sessions that can be resumed by name (the most recent); any by id."""
     mode: Mode = "default"
     """The mode new sessions start in: default, plan or auto (``/plan``, ``/edit``,
     ``/default`` switch it)."""
@@ -151,6 +162,9 @@ ENV_VARS: Final[dict[str, str]] = {
     "TETHER_ASK_TIMEOUT": "ask_timeout",
     "TETHER_APPROVAL_TIMEOUT": "approval_timeout",
     "TETHER_MODE": "mode",
+    "TETHER_MAX_SESSIONS": "max_sessions",
+    "TETHER_IDLE_TIMEOUT": "idle_timeout",
+    "TETHER_BUDGET_USD": "budget_usd",
     "TETHER_SHELL_TIMEOUT": "shell_timeout",
     "TETHER_DENY_TOOLS": "deny_tools",
     "TETHER_NATS_SERVER": "nats_server",

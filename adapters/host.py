@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from actors.gatekeeper import GatekeeperActor
 from actors.gatekeeper_policy import Policy
 from actors.interactions import InteractionCoordinatorActor, Tick
-from actors.manager import SessionManagerActor
+from actors.manager import KillAll, SessionLimits, SessionManagerActor
 from actors.middleware import Gate
 from actors.ports import Clock, Ids, Provider, RandomIds, SystemClock, ToolExecutor
 from actors.redact import Redactor
@@ -90,10 +90,10 @@ def user_rules_dir() -> str:
 
 
 class _Ticker:
-    """Tells an actor Tick every second (its timers read the injected clock)."""
+    """Tells actors Tick every second (their timers read the injected clock)."""
 
-    def __init__(self, handle: ActorHandle, period: float = 1.0) -> None:
-        self._handle = handle
+    def __init__(self, handles: list[ActorHandle], period: float = 1.0) -> None:
+        self._handles = handles
         self._stop = threading.Event()
         self._period = period
         self._thread = threading.Thread(target=self._run, name="ticker", daemon=True)
@@ -101,10 +101,9 @@ class _Ticker:
 
     def _run(self) -> None:
         while not self._stop.wait(self._period):
-            try:
-                self._handle.tell(Tick())
-            except Exception:
-                return  # the actor stopped
+            for handle in self._handles:
+                with contextlib.suppress(Exception):  # an actor that stopped
+                    handle.tell(Tick())
 
     def stop(self) -> None:
         self._stop.set()
@@ -225,8 +224,6 @@ class Host:
             ids=self.ids,
             timeout=settings.approval_timeout,
         )
-        self._ticker = _Ticker(self.coordinator)
-        self._stack.append(self._ticker.stop)
         system.start(
             NotificationRouterActor,
             [
@@ -234,7 +231,7 @@ class Host:
                 Binding(subjects.all_session_events, RelayedEvent),
             ],
         )
-        system.start(
+        self.manager = system.start(
             SessionManagerActor,
             [
                 Binding(subjects.inbox, UserMessage, queue="engine"),
@@ -248,7 +245,17 @@ class Host:
             gate=Gate(settings.middleware),
             clock=self.clock,
             redactor=self.redactor,
+            limits=SessionLimits(max_sessions=settings.max_sessions,
+                                 resumable=settings.resumable_sessions,
+                                 budget_usd=settings.budget_usd),
         )
+        self._stack.append(self._kill_all)
+        self._ticker = _Ticker([self.coordinator, self.manager])
+        self._stack.append(self._ticker.stop)
+
+    def _kill_all(self) -> None:
+        """At shutdown every active session is killed (it resumes on its next message)."""
+        self.manager.ref.ask(KillAll("the engine shut down"), timeout=10)
 
     def session_config(self) -> SessionConfig:
         """How sessions of this host call the model."""
@@ -261,6 +268,8 @@ class Host:
                 self.settings.tier2.timeout if self.settings.tier2.enabled else 0.0),
             workspace_root=self.settings.workspace,
             mode=self.settings.mode,
+            idle_timeout=self.settings.idle_timeout,
+            safety_net=self.settings.safety_net,
             auto_approve=list(self.settings.auto_approve),
         )
 
@@ -294,6 +303,7 @@ class Host:
             new=new,
             redactor=self.redactor,
             snapshots=self.snapshots,
+            clock=self.clock,
         )
         return [monitor, session]
 

@@ -77,7 +77,8 @@ class UserMessage(Message):
     """A user's message, published on ``<ns>.inbox`` by any connector.
 
     ``channel`` names the connector (replies go to ``<ns>.channel.<channel>.out``);
-    ``session_id`` continues a session, empty starts a new one.
+    ``session_id`` continues a session (its id or its name; a finished one resumes),
+    empty starts a new one.
     """
 
     text: Text
@@ -85,6 +86,10 @@ class UserMessage(Message):
     session_id: OptionalToken = ""
     user: str = "user"
     workspace: str = ""
+    single_turn: bool = False
+    """A new session that finishes (completed or failed) after this message's turn."""
+    budget_usd: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    """A new session's budget in dollars (0: the configured default)."""
 
 
 class Accepted(Message):
@@ -148,6 +153,16 @@ class KillSession(Message):
 
     session_id: Token
     reason: str = "killed by user"
+
+
+class ForkSession(Message):
+    """Start a new session whose history is ``session_id``'s (id or name) up to its event
+    ``at_version`` (0: the latest). Answered with Accepted naming the new session."""
+
+    session_id: Token
+    at_version: Annotated[int, msgspec.Meta(ge=0)] = 0
+    channel: Token = "cli"
+    user: str = "user"
 
 
 class Killed(Message):
@@ -406,7 +421,7 @@ class RelayedEvent(msgspec.Struct, kw_only=True):
 
 
 InboxMessage = UserMessage
-ManagerMessage = ListSessions | KillSession | UserMessage
+ManagerMessage = ListSessions | KillSession | ForkSession | UserMessage
 SessionMessage = UserMessage | Interrupt | KillSession | InteractionSettled
 MonitorMessage = BarrierCheck
 GatekeeperMessage = ToolProposal

@@ -16,7 +16,10 @@ from eventsourcing.domain import Aggregate, event
 
 from events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 
-STATUSES = ("starting", "running", "waiting", "completed", "failed", "killed")
+STATUSES = ("starting", "running", "completed", "failed", "killed")
+LEGACY_STATUSES = {"waiting": "running"}
+"""Statuses stored by earlier versions, and what they mean now: a multi-turn session
+between turns used to be ``waiting``; it is ``running`` (and waiting for input)."""
 
 
 class Turn(msgspec.Struct):
@@ -41,9 +44,31 @@ class Session(Aggregate):
     def create_id(session_id: str, **_: Any) -> uuid.UUID:
         return session_uuid(session_id)
 
-    @event("Created")
-    def __init__(self, session_id: str, name: str, workspace: str, model: str, channel: str):
+    class Created(Aggregate.Created):
+        """Declared explicitly so that fields added later have defaults: sessions stored
+        before them were multi-turn, without a budget."""
+
+        session_id: str
+        name: str
+        workspace: str
+        model: str
+        channel: str
+        multi_turn: bool = True
+        budget_usd: float = 0.0
+
+    @event(Created)
+    def __init__(self, session_id: str, name: str, workspace: str, model: str, channel: str,
+                 multi_turn: bool = True, budget_usd: float = 0.0):
         self.session_id = session_id
+        self.multi_turn = multi_turn
+        self.budget_usd = budget_usd
+        """Dollars this session may spend (0: no limit)."""
+        self.in_turn = False
+        """A turn started and has not ended (completed, failed or killed) yet."""
+        self.waiting = False
+        """The session said it waits for input (and has had none since)."""
+        self.budget_exhausted = False
+        self.forked_from = ""
         self.name = name
         self.workspace = workspace
         self.model = model
@@ -74,6 +99,8 @@ class Session(Aggregate):
             self.queued.pop(0)
         self.history.append(Turn("user", [TextBlock(text)]))
         self.channel = channel
+        self.in_turn = True
+        self.waiting = False
 
     @event("AssistantMessageAppended")
     def append_assistant_message(
@@ -194,19 +221,50 @@ class Session(Aggregate):
 
     @event("StatusChanged")
     def change_status(self, status: str, reason: str) -> None:
-        self.status = status
+        self.status = LEGACY_STATUSES.get(status, status)
+        if self.status in ("completed", "failed", "killed"):
+            self.in_turn = False
         if status == "killed":
             self.queued.clear()  # a kill drops what was waiting (the events keep it)
+
+    @event("WaitingForInput")
+    def signal_waiting(self, reason: str) -> None:
+        """The session waits for the user: its turn ended, or nothing has happened for a
+        while (the safety net)."""
+        self.waiting = True
+
+    @event("BudgetExhausted")
+    def exhaust_budget(self, cost_usd: float, budget_usd: float) -> None:
+        """The session spent more than its budget; it fails."""
+        self.budget_exhausted = True
+
+    @event("Forked")
+    def fork_from(self, source_id: str, at_version: int, history: list[Turn],
+                  fired_rules: list[str]) -> None:
+        """This session starts as a copy of ``source_id`` up to event ``at_version``."""
+        self.forked_from = source_id
+        self.history = [Turn(t.role, list(t.content)) for t in history]
+        self.fired_rules = list(fired_rules)
 
     @event("TurnCompleted")
     def complete_turn(self, rounds: int, usage: Usage, cost_usd: float, stop: str) -> None:
         self.turns += 1
         self.completed_turns += 1
         self.cost_usd += cost_usd
+        self.in_turn = False
 
-    @event("TurnFailed")
-    def fail_turn(self, error: str) -> None:
+    class TurnFailed(Aggregate.Event):
+        """Declared explicitly so that ``cost_usd``, added later, has a default."""
+
+        error: str
+        cost_usd: float = 0.0
+
+    @event(TurnFailed)
+    def fail_turn(self, error: str, cost_usd: float = 0.0) -> None:
+        """The turn ended with ``error``; what it spent until then still counts."""
         self.turns += 1
+        self.cost_usd += cost_usd
+        self.in_turn = False
 
     @event("ActorFailed")
     def record_actor_failure(self, error: str) -> None:

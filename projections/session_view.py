@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from events.messages import SessionSummary
-from events.session import Session
+from events.session import LEGACY_STATUSES, Session
 from projections.tables import Change, Row, Table
 from projections.view import TrackedView
 
@@ -55,7 +55,8 @@ def apply_event(row: SessionSummary | None, event: Any) -> SessionSummary | None
         return None
     row = msgspec.structs.replace(row, last_activity=stamp or row.last_activity)
     if kind == "StatusChanged":
-        return msgspec.structs.replace(row, status=event.status)
+        return msgspec.structs.replace(
+            row, status=LEGACY_STATUSES.get(event.status, event.status))
     if kind == "AssistantMessageAppended":
         return msgspec.structs.replace(
             row,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from actors.runtime import ask
 from adapters.host import Host
 from events.messages import Accepted, UserMessage
@@ -19,3 +22,13 @@ def say(host: Host, text: str, session_id: str = "", *, channel: str = "test",
         timeout=10,
     )
     return accepted.session_id
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Wait for an effect another actor produces asynchronously (``check`` turns true);
+    fail naming ``what`` if it does not within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)

@@ -78,7 +78,7 @@ def test_a_failing_session_handler_is_recorded_and_the_session_recovers(
         assert host.system.failures == 1
         session = host.app.session(sid)
         assert session is not None
-        assert session.failures == 1 and session.status == "waiting"
+        assert session.failures == 1 and session.status == "running" and session.waiting
         names = [type(e).__name__ for e in host.app.session_events(sid)]
         assert "ActorFailed" in names and "TurnFailed" in names
         (actor_failed,) = [
@@ -94,7 +94,7 @@ def test_a_failing_session_handler_is_recorded_and_the_session_recovers(
         assert [m.text for m in channel.seen if m.kind == "reply"] == ["All good now."]
         session = host.app.session(sid)
         assert session is not None
-        assert session.turns == 2 and session.status == "waiting"
+        assert session.turns == 2 and session.status == "running" and session.waiting
         # The conversation the model saw kept the first message (rebuilt from events).
         user_texts = str(llm.requests[-1]["messages"])
         assert "the first message" in user_texts and "the second message" in user_texts

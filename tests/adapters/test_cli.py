@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-COMMANDS = ["config", "serve", "chat", "demo", "sessions", "events", "replay", "fake-llm"]
+COMMANDS = ["config", "serve", "chat", "demo", "sessions", "kill", "fork", "events", "replay",
+            "fake-llm"]
 
 
 def tether(*args: str, env: dict[str, str] | None = None, stdin: str = "") -> tuple[int, str, str]:

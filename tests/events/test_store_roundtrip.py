@@ -40,6 +40,7 @@ def full_session(sid: str = "abc123") -> Session:
     s.propose_plan(plan="1. read a.py", source="file", call_id="", plan_file="/ws/p.md")
     s.review_plan(choice="proceed", feedback="", by="ana")
     s.change_mode(mode="auto", auto_approve=["write_file"], reason="plan approved by ana")
+    s.fork_from(source_id="zz9", at_version=3, history=[], fired_rules=[])
     s.change_status(status="running", reason="user message")
     s.receive_user_message(text="fix the login bug", channel="web", user="ana")
     s.append_assistant_message(
@@ -72,6 +73,8 @@ def full_session(sid: str = "abc123") -> Session:
     s.queue_user_message(text="and the logout", channel="web", user="ana")
     s.add_ttsr_reminder(rules=["no-rm"], reminder="Remember: never delete the root.")
     s.fail_turn(error="provider timed out")
+    s.signal_waiting(reason="the turn failed")
+    s.exhaust_budget(cost_usd=1.5, budget_usd=1.0)
     s.record_actor_failure(error="boom")
     s.change_status(status="completed", reason="done")
     return s
@@ -82,7 +85,8 @@ SESSION_EVENT_NAMES = {
     "ToolCallDecided", "ToolCallExecuted", "ToolCallRefused", "TtsrInterrupted",
     "StatusChanged", "TurnCompleted", "TurnFailed", "ActorFailed", "UserMessageQueued",
     "TtsrReminderAdded", "FilesSnapshotted", "FilesRestored", "CommandRun", "ContextCleared",
-    "WorkspaceChanged", "ModeChanged", "PlanProposed", "PlanReviewed",
+    "WorkspaceChanged", "ModeChanged", "PlanProposed", "PlanReviewed", "WaitingForInput",
+    "BudgetExhausted", "Forked",
 }
 
 
@@ -105,7 +109,7 @@ def test_session_reloaded_from_store_equals_original(app: TetherApplication) -> 
 
     assert loaded is not None
     assert loaded == original
-    assert loaded.version == 27
+    assert loaded.version == 30
     assert loaded.status == "completed"
     assert (loaded.turns, loaded.input_tokens, loaded.output_tokens) == (2, 320, 45)
     assert loaded.cost_usd == pytest.approx(0.0123)
@@ -138,7 +142,7 @@ def test_events_come_back_typed(app: TetherApplication) -> None:
 
     events = app.session_events("abc123")
 
-    assert [e.originator_version for e in events] == list(range(1, 28))
+    assert [e.originator_version for e in events] == list(range(1, 31))
     for e in events:
         assert isinstance(e.originator_id, uuid.UUID)
         assert e.originator_id == session_uuid("abc123")
@@ -157,7 +161,7 @@ def test_stored_state_is_json(app: TetherApplication) -> None:
 
     stored = app.recorder.select_events(session_uuid("abc123"))
 
-    assert len(stored) == 27
+    assert len(stored) == 30
     states = [(s.topic.rsplit(".", 1)[-1], json.loads(s.state)) for s in stored]
     by_topic: dict[str, Any] = {}
     for name, state in states:
@@ -180,8 +184,8 @@ def test_session_at_version_is_a_replay(app: TetherApplication) -> None:
     app.save(original)
 
     first = app.session("abc123", version=1)
-    third = app.session("abc123", version=10)
-    fourth = app.session("abc123", version=11)
+    third = app.session("abc123", version=11)
+    fourth = app.session("abc123", version=12)
 
     assert first is not None and third is not None and fourth is not None
     assert (first.version, first.status, first.history) == (1, "starting", [])
@@ -281,6 +285,6 @@ def test_state_round_trip_through_msgspec_is_stable(app: TetherApplication) -> N
 
     again = app.session("s2")
     assert again is not None
-    assert again.version == 28
+    assert again.version == 31
     assert again.history[-1] == Turn("user", [TextBlock("again")])
     assert msgspec.json.encode(again.history) == msgspec.json.encode(loaded.history)

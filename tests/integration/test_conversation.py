@@ -118,7 +118,7 @@ def test_whole_conversation(
     # The retry's request carried the reminder naming the rule.
     last_request = llm.requests[-1]
     assert 'rule="no-todo"' in str(last_request["messages"])
-    assert session.turns == 3 and session.status == "waiting"
+    assert session.turns == 3 and session.status == "running" and session.waiting
 
     # The events are in the store and, in the same order, on the JetStream stream.
     stored = host.app.session_events(sid)
@@ -135,7 +135,7 @@ def test_whole_conversation(
 
     # The session view shows it.
     rows = {r.session_id: r for r in host.list_sessions()}
-    assert rows[sid].turns == 3 and rows[sid].status == "waiting"
+    assert rows[sid].turns == 3 and rows[sid].status == "running"
     assert rows[sid].output_tokens > 0
 
 

@@ -59,7 +59,7 @@ async def _drive(url: str, ns: str) -> dict[str, Any]:
             break
         body = json.loads(msg.data)
         events.append((msg.headers or {}, body))
-        if body["event"] == "StatusChanged" and body["data"]["status"] == "waiting":
+        if body["event"] == "WaitingForInput":
             break
     await nc.close()
     return {"accepted": accepted, "stream": stream, "channel": channel, "events": events}

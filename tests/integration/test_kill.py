@@ -82,7 +82,7 @@ def test_a_stream_cut_short_fails_the_turn_and_the_session_carries_on(
     assert "ended before message_stop" in failed.text and "incomplete" in failed.text
     assert not [m for m in channel.seen if m.kind in ("reply", "completed")]
     session = host.app.session(sid)
-    assert session is not None and session.status == "waiting"
+    assert session is not None and session.status == "running"
     turn_failed = [
         e for e in host.app.session_events(sid) if type(e).__name__ == "TurnFailed"
     ]
@@ -94,5 +94,5 @@ def test_a_stream_cut_short_fails_the_turn_and_the_session_carries_on(
     assert done.session_id == sid
     assert [m.text for m in channel.seen if m.kind == "reply"] == ["This one is complete."]
     session = host.app.session(sid)
-    assert session is not None and session.turns == 2 and session.status == "waiting"
+    assert session is not None and session.turns == 2 and session.status == "running"
     assert session.history[-1].role == "assistant"

@@ -95,7 +95,7 @@ def test_a_tool_call_too_big_for_the_bus_is_refused_not_hung(
               UserMessage(text="please write a big file", channel="test"), Accepted).session_id
     channel.wait_for("completed", timeout=30)
     session = host.app.session(sid)
-    assert session is not None and session.status == "waiting"
+    assert session is not None and session.status == "running"
     result = next(b for t in session.history for b in t.content if isinstance(b, ToolResultBlock))
     assert result.is_error and "gatekeeper did not answer" in result.content
 

@@ -104,7 +104,7 @@ def test_serve_survives_sigkill(tmp_path: Path, own_nats: EmbeddedNats) -> None:
 
             listing = subprocess.run([*TETHER, "sessions"], env=env, capture_output=True,
                                      text=True, timeout=60, check=True).stdout
-            assert sid in listing and "waiting" in listing
+            assert sid in listing and "running" in listing
 
             serve = Serve(env, tmp_path / "serve.log")
             ask(bus, subjects.inbox,

@@ -69,7 +69,7 @@ def run_turn(app: TetherApplication, sid: str, name: str) -> Session:
     s.append_assistant_message(content=[TextBlock("b")], stop_reason="end_turn",
                                usage=Usage(50, 5), generation=2)
     s.complete_turn(rounds=2, usage=Usage(150, 25), cost_usd=0.25, stop="end_turn")
-    s.change_status(status="waiting", reason="turn done")
+    s.change_status(status="waiting", reason="turn done")  # as stored before 0.2: legacy
     app.save(s)
     return s
 
@@ -89,7 +89,7 @@ def test_view_shows_each_session(app: TetherApplication, open_view: Callable[[],
     assert view.position() == 9
     rows = {r.session_id: r for r in view.summaries()}
     assert rows["s1"] == SessionSummary(
-        session_id="s1", name="fix-login", status="waiting", turns=1, input_tokens=150,
+        session_id="s1", name="fix-login", status="running", turns=1, input_tokens=150,
         output_tokens=25, cost_usd=0.25, last_activity=stamp(app, "s1"),
     )
     assert rows["s2"] == SessionSummary(
