@@ -1,0 +1,519 @@
+"""The metrics projection: its pure rules, every figure on SQLite and PostgreSQL, exactly
+once across replays and restarts, and the Prometheus text it exposes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import eventsourcing.domain
+import pytest
+
+from actors.lifecycle import STATUSES
+from adapters.config import Settings
+from adapters.store import open_application, open_view
+from events.application import TetherApplication
+from events.decisions import ToolDecision
+from events.messages import TextBlock, Usage
+from events.session import Session, Turn
+from events.ttsr import RuleLog
+from projections.follower import Follower
+from projections.metrics import (
+    OTHER,
+    Metrics,
+    MetricsView,
+    SessionFacts,
+    TopSession,
+    apply_session_event,
+    clip,
+    duration_s,
+    session_deltas,
+    top_after,
+    utc_day,
+    verdict_moves,
+)
+from projections.prometheus import escape_label_value, format_value, prometheus_text
+
+PROMPT = ("Please fix the login form: the submit button does nothing on Safari, and the "
+          "error message overlaps the password field when it is shown")
+CLIPPED = PROMPT[:99] + "…"
+
+
+class Clock:
+    """The time eventsourcing stamps new events with."""
+
+    def __init__(self) -> None:
+        self.now = dt.datetime(2026, 11, 21, 23, 0, tzinfo=dt.UTC)
+
+    def at(self, iso: str) -> None:
+        self.now = dt.datetime.fromisoformat(iso).replace(tzinfo=dt.UTC)
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(eventsourcing.domain, "datetime_now_with_tzinfo", fake)
+    return fake
+
+
+@pytest.fixture
+def store(make_settings: Callable[..., Settings], database_url: str
+          ) -> Iterator[tuple[TetherApplication, Settings]]:
+    settings = make_settings(database_url=database_url)
+    application = open_application(settings)
+    try:
+        yield application, settings
+    finally:
+        application.close()
+
+
+@pytest.fixture
+def app(store: tuple[TetherApplication, Settings]) -> TetherApplication:
+    return store[0]
+
+
+@pytest.fixture
+def make_view(store: tuple[TetherApplication, Settings]) -> Iterator[Callable[[], MetricsView]]:
+    views: list[MetricsView] = []
+
+    def make() -> MetricsView:
+        view = open_view(MetricsView, store[0], store[1], "metrics")
+        views.append(view)
+        return view
+
+    yield make
+    for view in views:
+        view.close()
+
+
+def follow(app: TetherApplication, view: MetricsView) -> int:
+    return Follower(app, name="test-metrics", position=view.position,
+                    consume=view.consume).catch_up()
+
+
+# --- building sessions -----------------------------------------------------------------
+
+
+def new_session(clock: Clock, at: str, sid: str, name: str) -> Session:
+    clock.at(at)
+    return Session(session_id=sid, name=name, workspace="/ws", model="m", channel="web")
+
+
+def turn(s: Session, clock: Clock, at: str, cost: float, *, failed: bool = False) -> None:
+    clock.at(at)
+    s.append_assistant_message(content=[TextBlock("ok")], stop_reason="end_turn",
+                               usage=Usage(10, 2), generation=1)
+    if failed:
+        s.fail_turn(error="boom", cost_usd=cost)
+    else:
+        s.complete_turn(rounds=1, usage=Usage(10, 2), cost_usd=cost, stop="end_turn")
+
+
+def status(s: Session, clock: Clock, at: str, new: str) -> None:
+    clock.at(at)
+    s.change_status(status=new, reason="test")
+
+
+def decide(s: Session, call_id: str, *decisions: str) -> None:
+    s.propose_tool_call(call_id=call_id, tool="run_shell", tool_input={"command": "ls"},
+                        action_hash="h-" + call_id)
+    for decision in decisions:
+        s.decide_tool_call(call_id=call_id, decision=decision, reason="r", tier="policy")
+
+
+def first_run_of_s1(app: TetherApplication, clock: Clock) -> Session:
+    """s1 until it first completes: 80 minutes, two turns over two UTC days."""
+    s1 = new_session(clock, "2026-11-21T23:00:00", "s1", "fix-login")
+    s1.receive_user_message(text=PROMPT, channel="web", user="ana")
+    status(s1, clock, "2026-11-21T23:00:01", "running")
+    decide(s1, "c1", "allow")
+    decide(s1, "c2", "escalate", "allow")  # answered by a person: counts as allow
+    decide(s1, "c3", "escalate", "deny")
+    turn(s1, clock, "2026-11-21T23:30:00", 0.25)
+    status(s1, clock, "2026-11-21T23:30:01", "waiting")  # legacy: running
+    s1.receive_user_message(text="and the tests", channel="web", user="ana")
+    turn(s1, clock, "2026-11-22T00:10:00", 0.5)
+    status(s1, clock, "2026-11-22T00:20:00", "completed")
+    app.save(s1)
+    return s1
+
+
+def resume_s1(app: TetherApplication, clock: Clock, s1: Session) -> None:
+    """s1 resumed and completed again: 3 hours after it was created."""
+    status(s1, clock, "2026-11-22T01:00:00", "running")
+    app.save(s1)
+    status(s1, clock, "2026-11-22T02:00:00", "completed")
+    app.save(s1)
+
+
+def the_others(app: TetherApplication, clock: Clock) -> None:
+    """s2 fails after 10 minutes, s3 (a fork) never starts, s4 is killed after 30s; rules
+    fire in s1; the gatekeeper's own record of s1's c1 is stored too."""
+    s2 = new_session(clock, "2026-11-22T01:00:00", "s2", "write-docs")
+    s2.receive_user_message(text="write the docs", channel="tg", user="bo")
+    status(s2, clock, "2026-11-22T01:00:01", "running")
+    decide(s2, "c1", "deny")  # the same call id as in s1: another call
+    decide(s2, "c4", "escalate")  # not answered yet
+    turn(s2, clock, "2026-11-22T01:05:00", 0.125, failed=True)
+    status(s2, clock, "2026-11-22T01:10:00", "failed")
+    s3 = new_session(clock, "2026-11-22T03:00:00", "s3", "fix-login-2")
+    s3.fork_from(source_id="s1", at_version=3, fired_rules=[],
+                 history=[Turn("user", [TextBlock("fix the login form")])])
+    s4 = new_session(clock, "2026-11-22T04:00:00", "s4", "oops")
+    status(s4, clock, "2026-11-22T04:00:10", "running")
+    s4.record_ttsr_interruption(rules=["no-todo"], reminder="no TODO", generation=1,
+                                partial_text="TODO", source="text")  # echoes the RuleLog
+    status(s4, clock, "2026-11-22T04:00:30", "killed")
+    log = RuleLog(session_id="s1")
+    log.trigger(rules=["no-todo", "no-rm"], source="text", offset=4, generation=1)
+    log.trigger(rules=["no-todo"], source="text", offset=9, generation=2, turn=1)
+    gatekeeper = ToolDecision(call_id="c1", session_id="s1", tool="run_shell",
+                              tool_input={"command": "ls"}, action_hash="h-c1",
+                              decision="allow", reason="ok", tier="policy")
+    app.save(s2, s3, s4, log, gatekeeper)
+
+
+def everything(app: TetherApplication, clock: Clock) -> None:
+    resume_s1(app, clock, first_run_of_s1(app, clock))
+    the_others(app, clock)
+
+
+def expected(position: int) -> Metrics:
+    return Metrics(
+        position=position,
+        total_cost_usd=0.875,
+        cost_by_day={"2026-11-21": 0.25, "2026-11-22": 0.625},
+        sessions_launched=4,
+        sessions_by_status={"starting": 1, "running": 0, "completed": 1, "failed": 1,
+                            "killed": 1},
+        finished_sessions=3,
+        avg_duration_s=(3 * 3600 + 600 + 30) / 3,
+        most_expensive=TopSession(session_id="s1", name="fix-login", cost_usd=0.75,
+                                  first_prompt=CLIPPED),
+        tool_calls_by_verdict={"allow": 2, "deny": 2},
+        awaiting_approval=1,
+        ttsr_triggers={"no-rm": 1, "no-todo": 2},
+    )
+
+
+# --- the pure rules --------------------------------------------------------------------
+
+
+def replay(events: Sequence[Any]) -> SessionFacts | None:
+    facts = None
+    for event in events:
+        facts = apply_session_event(facts, event)
+    return facts
+
+
+def test_session_facts_follow_the_events(clock: Clock) -> None:
+    s = new_session(clock, "2026-11-21T23:00:00", "s1", "fix-login")
+    s.receive_user_message(text=PROMPT, channel="web", user="ana")
+    status(s, clock, "2026-11-21T23:00:01", "waiting")
+    s.receive_user_message(text="second", channel="web", user="ana")
+    turn(s, clock, "2026-11-21T23:30:00", 0.25)
+    turn(s, clock, "2026-11-21T23:40:00", 0.5, failed=True)
+    running = replay(s.collect_events())
+    assert running == SessionFacts(
+        session_id="s1", name="fix-login", status="running",
+        created_at="2026-11-21T23:00:00+00:00", finished_at="", cost_usd=0.75,
+        first_prompt=CLIPPED)
+    assert duration_s(running) is None
+
+    status(s, clock, "2026-11-22T00:20:00", "killed")
+    killed = apply_session_event(running, s.collect_events()[0])
+    assert killed is not None and killed.finished_at == "2026-11-22T00:20:00+00:00"
+    assert duration_s(killed) == 80 * 60
+    status(s, clock, "2026-11-22T01:00:00", "running")  # resumed: not finished any more
+    resumed = apply_session_event(killed, s.collect_events()[0])
+    assert resumed is not None and resumed.finished_at == "" and duration_s(resumed) is None
+
+
+def test_no_facts_before_created_and_other_events_change_nothing(clock: Clock) -> None:
+    s = new_session(clock, "2026-11-21T23:00:00", "s1", "n")
+    created, = s.collect_events()
+    s.propose_tool_call(call_id="c", tool="t", tool_input={}, action_hash="h")
+    s.signal_waiting(reason="idle")
+    turn(s, clock, "2026-11-21T23:01:00", 0.5)
+    later = s.collect_events()
+    assert all(apply_session_event(None, e) is None for e in later)
+    facts = apply_session_event(None, created)
+    assert apply_session_event(facts, later[0]) == facts
+    assert apply_session_event(facts, later[1]) == facts
+    log = RuleLog(session_id="s1")
+    assert apply_session_event(facts, log.collect_events()[0]) == facts
+
+
+def test_a_fork_takes_its_first_prompt_from_the_copied_history(clock: Clock) -> None:
+    s = new_session(clock, "2026-11-21T23:00:00", "s3", "fork")
+    s.fork_from(source_id="s1", at_version=3, fired_rules=[], history=[
+        Turn("assistant", [TextBlock("hello")]), Turn("user", [TextBlock("  fix\nit ")])])
+    s.receive_user_message(text="later", channel="web", user="u")
+    facts = replay(s.collect_events())
+    assert facts is not None and facts.first_prompt == "fix it"
+
+
+def facts(status: str, cost: float = 0.0, *, sid: str = "s1", finished_at: str = ""
+          ) -> SessionFacts:
+    return SessionFacts(session_id=sid, name=sid + "-name", status=status,
+                        created_at="2026-11-21T23:00:00+00:00", finished_at=finished_at,
+                        cost_usd=cost, first_prompt="p")
+
+
+def test_session_deltas_move_one_session_between_statuses() -> None:
+    done = facts("completed", finished_at="2026-11-21T23:01:00+00:00")
+    assert session_deltas(None, facts("starting")).by_status == {"starting": 1}
+    assert session_deltas(facts("starting"), facts("running")).by_status == {
+        "starting": -1, "running": 1}
+    assert session_deltas(facts("running"), facts("running", 1.0)).by_status == {}
+    finishing = session_deltas(facts("running"), done)
+    assert (finishing.by_status, finishing.finished, finishing.duration_s) == (
+        {"running": -1, "completed": 1}, 1, 60.0)
+    resumed = session_deltas(done, facts("running"))
+    assert (resumed.finished, resumed.duration_s) == (-1, -60.0)
+    again = session_deltas(done, facts("killed", finished_at="2026-11-21T23:03:00+00:00"))
+    assert (again.by_status, again.finished, again.duration_s) == (
+        {"completed": -1, "killed": 1}, 0, 120.0)
+    assert session_deltas(facts("running"), facts("paused")).by_status == {
+        "running": -1, OTHER: 1}
+    assert session_deltas(facts("starting"), None).by_status == {"starting": -1}
+
+
+def test_top_after_keeps_the_first_leader_until_overtaken() -> None:
+    s1 = facts("running", 0.5)
+    leader = top_after(None, s1)
+    assert leader == TopSession(session_id="s1", name="s1-name", cost_usd=0.5,
+                                first_prompt="p")
+    assert top_after(None, facts("running", 0.0)) is None  # nothing spent: no leader
+    assert top_after(leader, None) is leader
+    assert top_after(leader, facts("running", 0.5, sid="s2")) is leader  # a tie
+    assert top_after(leader, facts("running", 0.25, sid="s2")) is leader
+    overtaken = top_after(leader, facts("running", 0.75, sid="s2"))
+    assert overtaken is not None and overtaken.session_id == "s2"
+    refreshed = top_after(leader, facts("completed", 0.625))
+    assert refreshed is not None and refreshed.cost_usd == 0.625
+
+
+def test_verdict_moves_count_each_call_once_by_its_last_decision() -> None:
+    assert verdict_moves("", "allow") == {"allow": 1}
+    assert verdict_moves("", "escalate") == {"escalate": 1}
+    assert verdict_moves("escalate", "deny") == {"escalate": -1, "deny": 1}
+    assert verdict_moves("allow", "allow") == {}
+    assert verdict_moves("allow", "maybe") == {"allow": -1, OTHER: 1}
+
+
+def test_clip_and_utc_day() -> None:
+    assert clip("a\n b  c") == "a b c"
+    assert len(clip(PROMPT)) == 100 and clip(PROMPT).endswith("…")
+    assert clip("x" * 100) == "x" * 100
+    tokyo = dt.timezone(dt.timedelta(hours=9))
+    assert utc_day(dt.datetime(2026, 11, 22, 8, 0, tzinfo=tokyo)) == "2026-11-21"
+    assert utc_day(None) == ""
+
+
+# --- on a real store -------------------------------------------------------------------
+
+
+def test_every_figure(app: TetherApplication, clock: Clock,
+                      make_view: Callable[[], MetricsView]) -> None:
+    everything(app, clock)
+    view = make_view()
+
+    assert follow(app, view) == app.max_notification_id()
+
+    metrics = view.snapshot()
+    assert metrics == expected(app.max_notification_id())
+    assert list(metrics.cost_by_day) == ["2026-11-21", "2026-11-22"]
+    assert list(metrics.sessions_by_status) == list(STATUSES)
+    assert list(metrics.ttsr_triggers) == ["no-rm", "no-todo"]
+
+
+def test_an_empty_log_has_zero_figures(app: TetherApplication,
+                                       make_view: Callable[[], MetricsView]) -> None:
+    view = make_view()
+    follow(app, view)
+    assert view.snapshot() == Metrics(
+        sessions_by_status=dict.fromkeys(STATUSES, 0),
+        tool_calls_by_verdict={"allow": 0, "deny": 0})
+
+
+def test_a_resumed_session_counts_with_its_latest_finish(
+    app: TetherApplication, clock: Clock, make_view: Callable[[], MetricsView]
+) -> None:
+    view = make_view()
+    s1 = first_run_of_s1(app, clock)
+    follow(app, view)
+    first = view.snapshot()
+    assert (first.finished_sessions, first.avg_duration_s) == (1, 80 * 60)
+    assert first.sessions_by_status["completed"] == 1
+
+    status(s1, clock, "2026-11-22T01:00:00", "running")
+    app.save(s1)
+    follow(app, view)
+    running = view.snapshot()
+    assert (running.finished_sessions, running.avg_duration_s) == (0, 0.0)
+    assert running.sessions_by_status["running"] == 1
+    assert running.sessions_by_status["completed"] == 0
+
+    status(s1, clock, "2026-11-22T02:00:00", "failed")
+    app.save(s1)
+    follow(app, view)
+    again = view.snapshot()
+    assert (again.finished_sessions, again.avg_duration_s) == (1, 3 * 3600)
+    assert again.sessions_by_status == {"starting": 0, "running": 0, "completed": 0,
+                                        "failed": 1, "killed": 0}
+    assert again.sessions_launched == 1
+    assert again.total_cost_usd == 0.75
+
+
+def test_the_same_notifications_twice_change_nothing(
+    app: TetherApplication, clock: Clock, make_view: Callable[[], MetricsView]
+) -> None:
+    everything(app, clock)
+    view = make_view()
+    batch = app.recorder.select_notifications(start=1, limit=500)
+    view.consume(batch)
+    once = view.snapshot()
+
+    view.consume(batch)
+    view.consume(batch[3:9])
+    view.consume(batch[-1:])
+
+    assert view.snapshot() == once == expected(len(batch))
+    assert follow(app, view) == 0
+
+
+def test_a_restarted_view_resumes_from_its_position(
+    app: TetherApplication, clock: Clock, make_view: Callable[[], MetricsView]
+) -> None:
+    s1 = first_run_of_s1(app, clock)
+    first = make_view()
+    follow(app, first)
+    position = first.position()
+    before = first.snapshot()
+    first.close()
+
+    resume_s1(app, clock, s1)
+    the_others(app, clock)
+    restarted = make_view()
+    assert restarted.position() == position
+    assert restarted.snapshot() == before  # the figures survive the restart
+
+    handled = follow(app, restarted)
+
+    assert handled == app.max_notification_id() - position
+    assert restarted.snapshot() == expected(app.max_notification_id())
+    # a second view over the same tables applies nothing again
+    again = make_view()
+    again.consume(app.recorder.select_notifications(start=1, limit=500))
+    assert again.snapshot() == expected(app.max_notification_id())
+
+
+# --- the Prometheus text ---------------------------------------------------------------
+
+NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+LABEL = r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"'
+VALUE = r"[-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|Inf|NaN)"
+HELP = re.compile(rf"# HELP ({NAME}) ((?:[^\\\n]|\\[\\n])*)")
+TYPE = re.compile(rf"# TYPE ({NAME}) (counter|gauge|histogram|summary|untyped)")
+SAMPLE = re.compile(
+    rf"(?P<name>{NAME})(?:\{{(?P<labels>(?:{LABEL},)*(?:{LABEL})?)\}})? (?P<value>{VALUE})")
+
+
+def unescape(value: str) -> str:
+    return re.sub(r"\\(.)", lambda m: {"n": "\n"}.get(m.group(1), m.group(1)), value)
+
+
+def parse(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Parse an exposition strictly, line by line: HELP then TYPE before each family's
+    samples, every sample of a declared family, no blank or unknown line."""
+    assert text.endswith("\n")
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+    helped: set[str] = set()
+    typed: dict[str, str] = {}
+    for line in text[:-1].split("\n"):
+        if m := HELP.fullmatch(line):
+            assert m.group(1) not in helped
+            helped.add(m.group(1))
+        elif m := TYPE.fullmatch(line):
+            assert m.group(1) in helped and m.group(1) not in typed
+            typed[m.group(1)] = m.group(2)
+        elif m := SAMPLE.fullmatch(line):
+            name = m["name"]
+            assert name in typed, f"sample before its TYPE: {line}"
+            assert list(typed)[-1] == name, f"sample outside its family: {line}"
+            labels = frozenset((k, unescape(v))
+                               for k, v in re.findall(LABEL, m["labels"] or ""))
+            key = (name, labels)
+            assert key not in samples, f"duplicate sample: {line}"
+            samples[key] = float(m["value"])
+        else:
+            raise AssertionError(f"not a line of the format: {line!r}")
+    assert all(name.startswith("tether_") for name in typed)
+    return samples
+
+
+def test_the_store_metrics_as_prometheus_text(
+    app: TetherApplication, clock: Clock, make_view: Callable[[], MetricsView]
+) -> None:
+    everything(app, clock)
+    view = make_view()
+    follow(app, view)
+
+    samples = parse(prometheus_text(view.snapshot()))
+
+    def one(metric: str, **labels: str) -> float:
+        return samples[(metric, frozenset(labels.items()))]
+
+    assert one("tether_cost_usd_total") == 0.875
+    assert one("tether_cost_usd_by_day", date="2026-11-21") == 0.25
+    assert one("tether_cost_usd_by_day", date="2026-11-22") == 0.625
+    assert [one("tether_sessions", status=s) for s in STATUSES] == [1, 0, 1, 1, 1]
+    assert one("tether_sessions_launched_total") == 4
+    assert one("tether_sessions_finished") == 3
+    assert one("tether_session_duration_seconds_avg") == 3810
+    assert one("tether_tool_calls_total", verdict="allow") == 2
+    assert one("tether_tool_calls_total", verdict="deny") == 2
+    assert one("tether_tool_calls_awaiting_approval") == 1
+    assert one("tether_ttsr_triggers_total", rule="no-todo") == 2
+    assert one("tether_ttsr_triggers_total", rule="no-rm") == 1
+    assert one("tether_most_expensive_session_cost_usd", session_id="s1",
+               name="fix-login") == 0.75
+    assert one("tether_metrics_position") == app.max_notification_id()
+    assert len(samples) == 18
+
+
+def test_prometheus_text_escapes_label_values() -> None:
+    odd = 'a "quoted"\\back\nslash'
+    metrics = Metrics(
+        total_cost_usd=1e-05,
+        most_expensive=TopSession(session_id="s1", name=odd, cost_usd=2.5, first_prompt="p"),
+        ttsr_triggers={odd: 3, "no-todo": 1},
+    )
+    text = prometheus_text(metrics)
+
+    assert 'name="a \\"quoted\\"\\\\back\\nslash"' in text
+    assert "tether_cost_usd_total 1e-05\n" in text
+    samples = parse(text)
+    assert samples[("tether_ttsr_triggers_total", frozenset({("rule", odd)}))] == 3
+    assert samples[("tether_most_expensive_session_cost_usd",
+                    frozenset({("session_id", "s1"), ("name", odd)}))] == 2.5
+    assert ("tether_most_expensive_session_cost_usd", frozenset()) not in samples
+    assert escape_label_value('\\"\n') == '\\\\\\"\\n'
+
+
+def test_prometheus_text_without_a_leader_has_no_leader_sample() -> None:
+    samples = parse(prometheus_text(Metrics()))
+    assert not any(name == "tether_most_expensive_session_cost_usd" for name, _ in samples)
+    assert samples[("tether_cost_usd_total", frozenset())] == 0
+
+
+def test_format_value() -> None:
+    assert [format_value(v) for v in (3, 3.0, 0.125, float("inf"), float("-inf"))] == [
+        "3", "3", "0.125", "+Inf", "-Inf"]
+    assert format_value(float("nan")) == "NaN"
