@@ -78,6 +78,7 @@ class SessionManagerActor(TetherActor):
         app: TetherApplication,
         spawn: SessionSpawner,
         list_sessions: Callable[[], list[SessionSummary]],
+        summary: Callable[[str], SessionSummary | None] | None = None,
         ids: Ids,
         default_workspace: str,
         gate: Gate | None = None,
@@ -95,6 +96,8 @@ class SessionManagerActor(TetherActor):
         self.app = app
         self.spawn = spawn
         self.list_sessions = list_sessions
+        self.summary = summary or (lambda sid: next(
+            (r for r in list_sessions() if r.session_id == sid), None))
         self.ids = ids
         self.default_workspace = default_workspace
         self.live: dict[str, list[ActorHandle]] = {}
@@ -143,12 +146,13 @@ class SessionManagerActor(TetherActor):
                 self._error(message.channel, envelope, "unknown_session", reason, sid)
                 return
             sid = found
-        if sid and sid not in self.live:
-            stored = self.app.session(sid)
-            if stored is not None and stored.status in FINISHED and not self._room(
-                    message.channel, envelope, f"resume {stored.name}"):
+        if sid:
+            row = self.summary(sid)
+            if row is not None and row.status in FINISHED and not self._room(
+                    message.channel, envelope, f"resume {row.name}"):
                 return
-            self.live[sid] = self.spawn(sid, None)
+            if sid not in self.live:
+                self.live[sid] = self.spawn(sid, None)
         elif not sid:
             if not self._room(message.channel, envelope, "start a new session"):
                 return
@@ -169,7 +173,7 @@ class SessionManagerActor(TetherActor):
             name = name_from_prompt(message.text, names)
             names.add(name)
             new = NewSession(name=name, workspace=workspace, channel=message.channel,
-                             multi_turn=not message.single_turn,
+                             multi_turn=not message.single_turn, origin=message.origin,
                              budget_usd=message.budget_usd or self.limits.budget_usd)
             self.live[sid] = self.spawn(sid, new)
         forwarded = msgspec.structs.replace(message, session_id=sid)
@@ -227,11 +231,15 @@ class SessionManagerActor(TetherActor):
         name = name_from_prompt(f"{source.name} fork", names)
         names.add(name)
         self._copy_rule_log(source_id, sid, before_turn=source.completed_turns)
+        history = source.history
+        if source.pending_tool_calls():  # forked mid-turn: drop the unanswered request
+            last = max(i for i, t in enumerate(history) if t.role == "assistant")
+            history = history[:last]
         self.live[sid] = self.spawn(sid, NewSession(
             name=name, workspace=source.workspace, channel=message.channel,
             budget_usd=self.limits.budget_usd,
             fork=ForkOf(source_id=source_id, at_version=source.version,
-                        history=source.history, fired_rules=source.fired_rules)))
+                        history=history, fired_rules=source.fired_rules)))
         self.reply(envelope, Accepted(session_id=sid))
 
     def _copy_rule_log(self, source_id: str, target_id: str, before_turn: int) -> None:

@@ -1,13 +1,18 @@
-"""What a user is told about a stored session event: pure, one function.
+"""What a user is told about a stored session event. Pure.
 
-``notice_for`` turns a relayed session event into the ChannelMessage kind and text a chat
-shows, or None when the event is not worth a message.
+``notice_for`` turns a session event into the ChannelMessage kind and text a chat shows,
+or None when the event is not worth a message; ``plan_notices`` adds who should get it:
+the channels watching the session in the foreground (the play-by-play), everyone (its
+ending: those in the background also get the last lines of output), or only its origin
+when nobody watches (waiting for input).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
+
+import msgspec
 
 ARG_PREVIEW = 80
 
@@ -69,3 +74,34 @@ def notice_for(event: str, data: dict[str, Any]) -> tuple[str, str] | None:
     if event == "StatusChanged" and data["status"] == "killed":
         return "status", f"session killed: {data['reason']}"
     return None
+
+
+Audience = Literal["watchers", "everyone", "background"]
+
+ENDINGS = frozenset({"completed", "failed", "budget"})
+"""Notice kinds that end a turn or a session: sent to everyone, with the last lines of
+output for channels that were not watching."""
+
+
+class Planned(msgspec.Struct, frozen=True):
+    """A notice to deliver: its kind, text and audience."""
+
+    kind: str
+    text: str
+    audience: Audience
+
+
+def plan_notices(event: str, data: dict[str, Any]) -> list[Planned]:
+    """The notices one session event makes (same errors as :func:`notice_for`)."""
+    if event == "BudgetExhausted":
+        return [Planned("budget", f"budget exhausted: ${data['cost_usd']:.4f} spent of "
+                                  f"${data['budget_usd']:.2f}; the session failed",
+                        "everyone")]
+    if event == "WaitingForInput":
+        return [Planned("waiting", f"waiting for input ({data['reason']})", "background")]
+    notice = notice_for(event, data)
+    if notice is None:
+        return []
+    kind, text = notice
+    ending = kind in ENDINGS or (event == "StatusChanged" and data["status"] == "killed")
+    return [Planned(kind, text, "everyone" if ending else "watchers")]

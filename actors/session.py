@@ -144,6 +144,7 @@ class NewSession(msgspec.Struct, kw_only=True):
     channel: str
     multi_turn: bool = True
     budget_usd: float = 0.0
+    origin: str = ""
     fork: ForkOf | None = None
 
 
@@ -259,6 +260,7 @@ class SessionActor(TetherActor):
                 channel=self.new.channel,
                 multi_turn=self.new.multi_turn,
                 budget_usd=self.new.budget_usd,
+                origin=self.new.origin,
             )
             if self.new.fork is not None:
                 fork = self.new.fork

@@ -440,6 +440,18 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stats(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from adapters.stats import render_stats
+    from projections.metrics import MetricsView
+
+    with _view_of(args, MetricsView, "metrics") as view:
+        metrics = view.snapshot()
+    print(msgspec.json.encode(metrics).decode() if args.json else render_stats(metrics))
+    return 0
+
+
 def cmd_undo(args: argparse.Namespace) -> int:
     from actors.ports import Snapshot
     from adapters.snapshots import MANIFEST, SnapshotStore
@@ -591,6 +603,10 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--json", action="store_true", help="one JSON object per call")
     audit.add_argument("--refused", action="store_true",
                        help="list the messages the inbox middleware refused instead")
+    stats = add("stats", "figures from the metrics view: cost (in total and per UTC day), "
+                "sessions by status, average duration, the most expensive session, tool "
+                "calls by verdict and TTSR triggers", cmd_stats)
+    stats.add_argument("--json", action="store_true", help="the figures as one JSON object")
     fake = sub.add_parser(
         "fake-llm", help="serve scripted model responses (Anthropic streaming format)",
         add_help=False,

@@ -35,6 +35,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import msgspec
 
 from actors.middleware import MiddlewareSettings
+from actors.router import RouterSettings
 from actors.security import ProtectionConfig
 from actors.tier2 import Tier2Settings
 from actors.ttsr_policy import TtsrSettings
@@ -137,6 +138,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ttsr: TtsrSettings = msgspec.field(default_factory=TtsrSettings)
     middleware: MiddlewareSettings = msgspec.field(default_factory=MiddlewareSettings)
     tier2: Tier2Settings = msgspec.field(default_factory=Tier2Settings)
+    notifications: RouterSettings = msgspec.field(default_factory=RouterSettings)
+    """The ``[notifications]`` table: debounce, waiting_debounce, long_running,
+    workdir_channels, fallback_channel, wake_webhook, webhook_timeout."""
     """The ``[tier2]`` table: enabled, model, on_failure, rate_per_minute,
     daily_budget_usd, timeout, max_tokens."""
     protection: ProtectionSettings = msgspec.field(default_factory=lambda: ProtectionSettings())

@@ -13,8 +13,11 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
+
+import pykka
 
 from actors.gatekeeper import GatekeeperActor
 from actors.gatekeeper_policy import Policy
@@ -23,7 +26,7 @@ from actors.manager import KillAll, SessionLimits, SessionManagerActor
 from actors.middleware import Gate
 from actors.ports import Clock, Ids, Provider, RandomIds, SystemClock, ToolExecutor
 from actors.redact import Redactor
-from actors.router import NotificationRouterActor
+from actors.router import NotificationRouterActor, OutboxAdvanced
 from actors.runtime import ActorHandle, ActorSystem, Binding
 from actors.security import PipelineConfig, default_policy, load_policy
 from actors.session import NewSession, SessionActor, SessionConfig
@@ -41,16 +44,18 @@ from events.messages import (
     BarrierCheck,
     InteractionMessage,
     ManagerMessage,
-    RelayedEvent,
     SessionMessage,
     StreamDelta,
     ToolProposal,
     UserMessage,
+    WatchSession,
 )
 from events.subjects import Subjects
 from projections.audit_index import AuditIndex
 from projections.follower import Follower
 from projections.injection_records import InjectionRecords
+from projections.metrics import MetricsView
+from projections.outbox import Outbox
 from projections.session_view import SessionView
 from projections.view import TrackedView
 
@@ -182,6 +187,12 @@ class Host:
         self.view, self.view_follower = self._follow(SessionView, "views")
         self.injections, self.injections_follower = self._follow(InjectionRecords, "injections")
         self.audit, self.audit_follower = self._follow(AuditIndex, "audit")
+        self.metrics, self.metrics_follower = self._follow(MetricsView, "metrics")
+        self.outbox, self.outbox_follower = self._follow(Outbox, "outbox",
+                                                         then=self._outbox_advanced)
+        # The router starts from the outbox: it must have taken in every delivery already
+        # recorded, or it would send those notices again.
+        self.outbox_follower.catch_up()
         self.relay = EventRelay(self.app, self.bus, self.subjects).start()
         self._stack.append(self.relay.stop)
         self.system = ActorSystem(self.bus, self.subjects, failure_log=self._record_failure)
@@ -190,12 +201,20 @@ class Host:
         if self.start_actors:
             self._start_actors()
 
-    def _follow(self, kind: type[V], purpose: str) -> tuple[V, Follower]:
-        """Open a read model and keep it following the log until stop."""
+    def _follow(self, kind: type[V], purpose: str,
+                then: Callable[[], None] | None = None) -> tuple[V, Follower]:
+        """Open a read model and keep it following the log until stop (calling ``then``
+        after each batch)."""
         view = open_view(kind, self.app, self.settings, purpose)
         self._stack.append(view.close)
+
+        def consume(batch: Sequence[Any]) -> None:
+            view.consume(batch)
+            if then is not None:
+                then()
+
         follower = Follower(
-            self.app, name=kind.NAME, position=view.position, consume=view.consume
+            self.app, name=kind.NAME, position=view.position, consume=consume
         ).start()
         self._stack.append(follower.stop)
         return view, follower
@@ -224,13 +243,20 @@ class Host:
             ids=self.ids,
             timeout=settings.approval_timeout,
         )
-        system.start(
+        self.router = system.start(
             NotificationRouterActor,
             [
                 Binding(subjects.all_streams, StreamDelta),
-                Binding(subjects.all_session_events, RelayedEvent),
+                Binding(subjects.router, WatchSession),
             ],
+            app=self.app,
+            outbox=self.outbox,
+            settings=settings.notifications,
+            clock=self.clock,
         )
+        self._router_ticker = _Ticker([self.router], period=min(
+            1.0, settings.notifications.debounce / 2 or 1.0))
+        self._stack.append(self._router_ticker.stop)
         self.manager = system.start(
             SessionManagerActor,
             [
@@ -240,6 +266,7 @@ class Host:
             app=self.app,
             spawn=self.spawn_session,
             list_sessions=self.list_sessions,
+            summary=self.view.summary,
             ids=self.ids,
             default_workspace=settings.workspace,
             gate=Gate(settings.middleware),
@@ -252,6 +279,12 @@ class Host:
         self._stack.append(self._kill_all)
         self._ticker = _Ticker([self.coordinator, self.manager])
         self._stack.append(self._ticker.stop)
+
+    def _outbox_advanced(self) -> None:
+        router = getattr(self, "router", None)
+        if router is not None:
+            with contextlib.suppress(pykka.ActorDeadError):  # stopping
+                router.tell(OutboxAdvanced())
 
     def _kill_all(self) -> None:
         """At shutdown every active session is killed (it resumes on its next message)."""

@@ -21,7 +21,7 @@ from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 
 from adapters.nats_bus import NatsBus
-from events.application import TetherApplication, aggregate_name
+from events.application import TetherApplication, aggregate_name, event_data
 from events.messages import RelayedEvent
 from events.subjects import Subjects
 from projections.follower import Follower
@@ -136,11 +136,6 @@ class EventRelay:
         aggregate, event_name = aggregate_name(notification.topic)
         originator = domain_event.originator_id
         short = self._short_id(aggregate, originator, domain_event)
-        data = {
-            k: v
-            for k, v in vars(domain_event).items()
-            if k not in ("originator_id", "originator_version", "timestamp", "originator_topic")
-        }
         relayed = RelayedEvent(
             id=notification.id,
             aggregate=aggregate,
@@ -149,7 +144,7 @@ class EventRelay:
             version=domain_event.originator_version,
             event=event_name,
             timestamp=domain_event.timestamp.isoformat(),
-            data=msgspec.to_builtins(data),
+            data=event_data(domain_event),
         )
         subject = self.subjects.event(aggregate, short, event_name)
         payload = msgspec.json.encode(relayed)

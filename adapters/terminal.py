@@ -50,6 +50,8 @@ class TerminalConnector:
         turn); None: nobody to ask."""
         self.session_id = ""
         self._turns_left = 1
+        self._last_notice = 0
+        """The highest notice number shown: a notice sent again after a crash is dropped."""
         self._command = False
         self.inbox: queue.Queue[ChannelMessage] = queue.Queue()
         decoder: Decoder[ChannelMessage] = Decoder(ChannelMessage)
@@ -89,6 +91,10 @@ class TerminalConnector:
             except queue.Empty:
                 self._line(f"[no answer within {timeout:g} s]")
                 raise TimeoutError(f"no answer within {timeout:g} s") from None
+            if msg.kind not in ("stream", "catchup") and msg.seq:
+                if msg.seq <= self._last_notice:
+                    continue
+                self._last_notice = msg.seq
             if msg.kind == "stream":
                 if not streaming:
                     self.out.write("assistant> ")

@@ -13,12 +13,14 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
+import msgspec
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import Recording
 from eventsourcing.utils import get_topic
 
 from events.decisions import ToolDecision
+from events.deliveries import Deliveries
 from events.inbox import RefusedMessage
 from events.interactions import Interaction
 from events.mapper import MsgspecMapper
@@ -35,8 +37,17 @@ AGGREGATE_NAMES: dict[type, str] = {
     ActorLog: "actorlog",
     RefusedMessage: "refusal",
     Interaction: "interaction",
+    Deliveries: "delivery",
 }
 """Short aggregate names used in relayed subjects (``<ns>.evt.<name>.<id>.<event>``)."""
+
+
+def event_data(domain_event: Any) -> dict[str, Any]:
+    """The event's own fields as plain JSON types (no originator id, version, time)."""
+    return msgspec.to_builtins({
+        k: v for k, v in vars(domain_event).items()
+        if k not in ("originator_id", "originator_version", "timestamp", "originator_topic")
+    })
 
 
 def _project(aggregate: Any, events: Iterable[Any]) -> Any:

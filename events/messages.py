@@ -90,6 +90,9 @@ class UserMessage(Message):
     """A new session that finishes (completed or failed) after this message's turn."""
     budget_usd: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     """A new session's budget in dollars (0: the configured default)."""
+    origin: Annotated[str, msgspec.Meta(max_length=256)] = ""
+    """A new session's route for background notices (``channel``, ``channel|target`` or
+    ``channel|account|target``); empty: this message's channel."""
 
 
 class Accepted(Message):
@@ -109,7 +112,7 @@ class ErrorReply(Message):
 
 NoticeKind = Literal[
     "stream", "reply", "tool", "interrupted", "completed", "failed", "status", "error",
-    "approval", "question", "plan",
+    "approval", "question", "plan", "budget", "waiting", "reminder", "catchup",
 ]
 
 
@@ -120,6 +123,35 @@ class ChannelMessage(Message):
     kind: NoticeKind
     text: str
     seq: int = 0
+    """Stream deltas: the delta's number; notices: the delivery's number, the same if
+    it is ever sent again (after a crash between sending and recording it), so a
+    connector can drop repeats."""
+    target: str = ""
+    """The conversation inside the connector (route ``channel|target``), if any."""
+    account: str = ""
+    """The connector account (route ``channel|account|target``), if any."""
+
+
+class WatchSession(Message):
+    """Connector -> router on ``<ns>.router``: watch a session in the foreground (its
+    live stream and every notice, after a catch-up of the replies the channel missed) or
+    put it in the background (only its endings, with their last lines of output).
+    Answered with Watching."""
+
+    session_id: Token
+    channel: Token
+    foreground: bool = True
+
+
+class Watching(Message):
+    """The router's answer to WatchSession: ``caught_up`` replies were sent again,
+    ``trimmed`` more were missed but are no longer kept."""
+
+    session_id: str
+    channel: str
+    foreground: bool
+    caught_up: int = 0
+    trimmed: int = 0
 
 
 # --- session manager --------------------------------------------------------------------

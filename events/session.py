@@ -55,11 +55,14 @@ class Session(Aggregate):
         channel: str
         multi_turn: bool = True
         budget_usd: float = 0.0
+        origin: str = ""
 
     @event(Created)
     def __init__(self, session_id: str, name: str, workspace: str, model: str, channel: str,
-                 multi_turn: bool = True, budget_usd: float = 0.0):
+                 multi_turn: bool = True, budget_usd: float = 0.0, origin: str = ""):
         self.session_id = session_id
+        self.origin = origin
+        """Where background notices go, when given explicitly (a route)."""
         self.multi_turn = multi_turn
         self.budget_usd = budget_usd
         """Dollars this session may spend (0: no limit)."""

@@ -70,6 +70,11 @@ class Subjects:
         """Barrier requests to one session's TTSR monitor."""
         return f"{self.namespace}.ttsr.{check_token(session_id, 'session id')}"
 
+    @property
+    def router(self) -> str:
+        """Where connectors ask the notification router to watch a session."""
+        return f"{self.namespace}.router"
+
     def channel_out(self, channel: str) -> str:
         """What a connector receives."""
         return f"{self.namespace}.channel.{check_token(channel, 'channel')}.out"

@@ -68,7 +68,8 @@ def apply_event(row: SessionSummary | None, event: Any) -> SessionSummary | None
             row, turns=row.turns + 1, cost_usd=row.cost_usd + event.cost_usd
         )
     if kind == "TurnFailed":
-        return msgspec.structs.replace(row, turns=row.turns + 1)
+        return msgspec.structs.replace(row, turns=row.turns + 1,
+                                       cost_usd=row.cost_usd + getattr(event, "cost_usd", 0.0))
     return row
 
 
@@ -103,6 +104,11 @@ class SessionView(TrackedView):
         if not isinstance(domain_event, Session.Event):
             return None
         return self.app.session_id_of(domain_event)
+
+    def summary(self, session_id: str) -> SessionSummary | None:
+        """One session's row, if the view has it."""
+        rows = self.rows(SESSIONS.name, {"session_id": session_id})
+        return _summary(rows[0]) if rows else None
 
     def summaries(self) -> list[SessionSummary]:
         """Every session, most recently active first."""

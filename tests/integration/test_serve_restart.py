@@ -99,7 +99,7 @@ def test_serve_survives_sigkill(tmp_path: Path, own_nats: EmbeddedNats) -> None:
         try:
             sid = ask(bus, subjects.inbox, UserMessage(text="first look", channel="cli"),
                       Accepted, timeout=15).session_id
-            watcher.wait_for("completed", timeout=30)
+            first = watcher.wait_for("completed", timeout=30)
             serve.kill()  # after the turn's events were stored
 
             listing = subprocess.run([*TETHER, "sessions"], env=env, capture_output=True,
@@ -111,6 +111,8 @@ def test_serve_survives_sigkill(tmp_path: Path, own_nats: EmbeddedNats) -> None:
                 UserMessage(text="are you there again?", channel="cli", session_id=sid),
                 Accepted, timeout=15)
             done = watcher.wait_for("completed", timeout=30)
+            while done.seq <= first.seq:  # sent again: killed before it was recorded
+                done = watcher.wait_for("completed", timeout=30)
             assert done.session_id == sid
             replies = [m.text for m in watcher.seen if m.kind == "reply"]
             assert replies[-1] == "Still here after the restart."

@@ -1,0 +1,84 @@
+"""The notification outbox: every notice a session event makes, planned exactly once.
+
+Each session event becomes zero or more rows (id ``<notification id>.<n>``, in log
+order) with the notice's kind, text and audience (:func:`actors.notices.plan_notices`);
+a ``Deliveries.Delivered`` event marks its row delivered. Both happen with the view's
+tracking record, so after a restart the router finds exactly the notices still to send:
+the undelivered rows at or before the view's position.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from actors.notices import plan_notices
+from events.application import event_data
+from events.deliveries import Deliveries
+from events.session import Session
+from projections.tables import Change, Row, Table
+from projections.view import TrackedView
+
+log = logging.getLogger(__name__)
+
+OUTBOX = Table(
+    "notice_outbox",
+    (
+        ("id", "text"), ("position", "int"), ("n", "int"), ("session_id", "text"),
+        ("kind", "text"), ("text", "text"), ("audience", "text"), ("delivered", "int"),
+    ),
+    key=("id",),
+)
+
+
+def notice_id(position: int, n: int) -> str:
+    """The id of the ``n``-th notice of the event at notification id ``position``."""
+    return f"{position}.{n}"
+
+
+class Outbox(TrackedView):
+    """Planned notices and whether each was delivered."""
+
+    NAME = "NoticeOutbox"
+    TABLES = (OUTBOX,)
+
+    def changes(self, domain_event: Any, position: int) -> list[Change]:
+        if isinstance(domain_event, Deliveries.Event) and (
+                type(domain_event).__name__ == "Delivered"):
+            def mark(row: Row | None) -> Row | None:
+                return {**row, "delivered": 1} if row is not None else None
+            notice: str = getattr(domain_event, "notice", "")
+            return [Change(OUTBOX.name, (notice,), mark)]
+        if not isinstance(domain_event, Session.Event):
+            return []
+        session_id = self.app.session_id_of(domain_event)
+        if session_id is None:
+            return []
+        try:
+            planned = plan_notices(type(domain_event).__name__, event_data(domain_event))
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            log.warning("outbox: no notice for %s at %d: %r", domain_event, position, exc)
+            return []
+        return [
+            Change(OUTBOX.name, (notice_id(position, n),), _insert({
+                "id": notice_id(position, n), "position": position, "n": n,
+                "session_id": session_id, "kind": p.kind, "text": p.text,
+                "audience": p.audience, "delivered": 0,
+            }))
+            for n, p in enumerate(planned)
+        ]
+
+    def pending(self) -> list[Row]:
+        """Notices not delivered yet, in the order they were planned."""
+        return self.rows(OUTBOX.name, {"delivered": 0}, order="position,n")
+
+    def replies(self, session_id: str) -> list[Row]:
+        """A session's replies (its output blocks), oldest first."""
+        return self.rows(OUTBOX.name, {"session_id": session_id, "kind": "reply"},
+                         order="position,n")
+
+
+def _insert(row: Row) -> Any:
+    def update(current: Row | None) -> Row | None:
+        return current if current is not None else row
+    return update

@@ -1,0 +1,235 @@
+"""The notification router: audiences, routes, catch-up, pacing, and restarts."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from actors.ports import ManualClock
+from actors.router import RouterSettings
+from actors.runtime import Tick, ask
+from adapters.anthropic_provider import AnthropicProvider
+from adapters.config import Settings
+from adapters.fake_llm import FakeLLM
+from adapters.host import Host
+from events.deliveries import Deliveries, deliveries_uuid
+from events.messages import Accepted, UserMessage, Watching, WatchSession
+from tests.helpers import say, wait_until
+
+
+@pytest.fixture
+def engine(
+    make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
+) -> Iterator[Callable[..., tuple[Host, ManualClock]]]:
+    hosts: list[Host] = []
+
+    def start(script: str = "responses: []\n", clock: ManualClock | None = None,
+              **overrides: Any) -> tuple[Host, ManualClock]:
+        llm = fake_llm(script)
+        clock = clock or ManualClock()
+        host = Host(make_settings(anthropic_base_url=llm.base_url, **overrides),
+                    provider=AnthropicProvider(None, llm.base_url), clock=clock)
+        hosts.append(host.start())
+        return host, clock
+
+    yield start
+    for host in hosts:
+        host.stop()
+
+
+def watch(host: Host, sid: str, channel: str, foreground: bool = True) -> Watching:
+    return ask(host.bus, host.subjects.router,
+               WatchSession(session_id=sid, channel=channel, foreground=foreground), Watching)
+
+
+def deliveries(host: Host, sid: str) -> list[tuple[str, str, str]]:
+    return [(e.kind, e.route, e.outcome) for e in host.app.repository.event_store.get(
+        deliveries_uuid(sid)) if type(e).__name__ == "Delivered"]
+
+
+def test_stream_text_is_gathered_and_flushed_when_the_message_ends(
+    engine: Callable[..., tuple[Host, ManualClock]], watch_channel: Callable[..., Any],
+) -> None:
+    host, _ = engine("""
+responses:
+  - chunk: 3
+    blocks: [{text: "Twelve little deltas make one stream message here."}]
+""")
+    channel = watch_channel(host, "test")
+    say(host, "hello")
+    channel.wait_for("completed")
+    streamed = [m.text for m in channel.seen if m.kind == "stream"]
+    # The first delta goes at once; the clock then stood still, so the rest was gathered
+    # and went out when the message ended.
+    assert streamed == ["Twe", "lve little deltas make one stream message here."]
+
+
+def test_a_channel_in_the_background_catches_up_when_it_comes_back(
+    engine: Callable[..., tuple[Host, ManualClock]], watch_channel: Callable[..., Any],
+) -> None:
+    host, _ = engine(notifications=RouterSettings(output_blocks=2))
+    test = watch_channel(host, "test")
+    web = watch_channel(host, "web")
+    sid = say(host, "first")
+    test.wait_for("completed")
+    first_reply = next(m.text for m in test.seen if m.kind == "reply")
+    assert watch(host, sid, "web").caught_up == 1  # it missed the first reply
+    assert web.wait_for("catchup").text == first_reply
+    say(host, "second", sid)
+    web.wait_for("completed")  # a foreground watcher gets the play-by-play
+    test.wait_for("completed")
+    assert any(m.kind == "reply" for m in web.seen)
+
+    watch(host, sid, "web", foreground=False)
+    for text in ("third", "fourth", "fifth"):
+        say(host, text, sid)
+        test.wait_for("completed")
+    back = watch(host, sid, "web")
+    assert (back.caught_up, back.trimmed) == (2, 1)  # three missed, two still kept
+    notes = [web.wait_for("catchup").text for _ in range(3)]
+    assert notes[0] == "(1 earlier replies are no longer kept)"
+    assert len(notes[1:]) == 2
+    watched = host.app.load(deliveries_uuid(sid), Deliveries)
+    assert watched is not None and watched.watchers == {"web": 5}
+
+
+def test_endings_reach_the_origin_route_with_the_last_lines(
+    engine: Callable[..., tuple[Host, ManualClock]], watch_channel: Callable[..., Any],
+) -> None:
+    host, _ = engine("""
+responses:
+  - blocks: [{text: "line one\\nline two\\nthe answer is 42"}]
+""")
+    telegram = watch_channel(host, "telegram")
+    test = watch_channel(host, "test")
+    sid = ask(host.bus, host.subjects.inbox, UserMessage(
+        text="compute", channel="test", origin="telegram|acct|42"), Accepted).session_id
+    test.wait_for("completed")
+    done = telegram.wait_for("completed")
+    assert (done.target, done.account) == ("42", "acct")
+    assert done.text.startswith("compute: done:") and done.text.endswith(
+        "line one\nline two\nthe answer is 42")
+    # The play-by-play is for watchers only: the route got no reply or stream.
+    assert [m.kind for m in telegram.seen] == ["completed"]
+    assert ("completed", "test,telegram|acct|42", "sent") in deliveries(host, sid)
+
+
+def test_an_unknown_route_wakes_the_webhook(
+    engine: Callable[..., tuple[Host, ManualClock]],
+) -> None:
+    posted: list[dict[str, Any]] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            posted.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/hooks/wake"
+        host, _ = engine(notifications=RouterSettings(wake_webhook=url))
+        sid = ask(host.bus, host.subjects.inbox, UserMessage(
+            text="work alone", channel="test", origin="unknown"), Accepted).session_id
+        wait_until(lambda: any("done:" in p["text"] for p in posted), "the webhook")
+        wake = next(p for p in posted if "done:" in p["text"])
+        assert wake["mode"] == "now" and wake["text"].startswith("work-alone: done:")
+        wait_until(lambda: ("completed", "webhook", "sent") in deliveries(host, sid),
+                   "the delivery record")
+    finally:
+        server.shutdown()
+
+
+def test_waiting_notices_are_debounced_and_long_turns_get_one_reminder(
+    engine: Callable[..., tuple[Host, ManualClock]], watch_channel: Callable[..., Any],
+) -> None:
+    host, clock = engine("""
+responses:
+  - match: "publish"
+    blocks:
+      - tool_use: {name: run_shell, input: {command: "git push origin main"}}
+""", safety_net=15.0)
+    test = watch_channel(host, "test")
+    sid = say(host, "publish it")
+    test.wait_for("approval")
+    watch(host, sid, "test", foreground=False)  # the origin is not watching now
+    clock.advance(20)
+    host.manager.ref.ask(Tick(), timeout=10)  # the safety net fires: waiting for input
+    waiting = test.wait_for("waiting")
+    assert waiting.text.startswith("publish: waiting for input (nothing has happened")
+    clock.advance(600)
+    host.router.ref.ask(Tick(), timeout=10)
+    reminder = test.wait_for("reminder")
+    assert reminder.text == "publish has been running for over 10 minutes"
+    host.router.ref.ask(Tick(), timeout=10)
+    clock.advance(600)
+    host.router.ref.ask(Tick(), timeout=10)
+    assert [m.kind for m in test.seen].count("reminder") == 1
+
+
+def test_a_restart_in_a_burst_loses_nothing_and_sends_nothing_twice(
+    engine: Callable[..., tuple[Host, ManualClock]], nats_url: str,
+) -> None:
+    from adapters.nats_bus import NatsBus
+    from tests.conftest import ChannelWatcher
+
+    calls = "\n".join(
+        "      - tool_use: {name: list_dir, input: {path: \".\"}}" for _ in range(12))
+    script = f"""
+responses:
+  - match: "burst"
+    blocks:
+{calls}
+  - blocks: [{{text: "All listed."}}]
+"""
+    host, _ = engine(script)
+    bus = NatsBus(nats_url, name="watcher")  # a connector of its own, across both engines
+    test = ChannelWatcher(bus, host.subjects.channel_out("test"))
+    sid = say(host, "burst")
+    test.wait_for("tool")
+    host.router.stop()  # the router dies in the middle of the burst...
+    wait_until(lambda: any(type(e).__name__ == "TurnCompleted"
+                           for e in host.app.session_events(sid)), "the turn's end")
+    host.stop()
+    again, _ = engine(script, database_url=host.settings.database_url,
+                      state_dir=host.settings.state_dir)  # ...and a new process takes over
+    wait_until(lambda: not again.outbox.pending(), "every notice delivered")
+    planned = again.outbox.rows("notice_outbox", {"session_id": sid})
+    assert len(planned) > 25  # twelve calls: proposed and executed each, replies, endings
+    sent = {e.notice for e in again.app.repository.event_store.get(deliveries_uuid(sid))
+            if type(e).__name__ == "Delivered" and e.outcome == "sent"}
+    skipped = [r["kind"] for r in planned if r["id"] not in sent]
+    assert skipped == ["waiting"]  # the origin was watching: no need to say it waits
+    expected = {int(r["position"]) * 1000 + int(r["n"]) for r in planned if r["id"] in sent}
+    try:
+        wait_until(lambda: {m.seq for m in list(test.seen) + drain(test)
+                            if m.kind != "stream"} >= expected, "all notices on the channel")
+    except AssertionError:
+        got = {m.seq for m in test.seen if m.kind != "stream"}
+        missing = [r for r in planned
+                   if int(r["position"]) * 1000 + int(r["n"]) not in got]
+        raise AssertionError(f"missing {missing[:5]}, extra {got - expected}") from None
+    seqs = [m.seq for m in test.seen if m.kind != "stream"]
+    test.close()
+    bus.close()
+    assert sorted(seqs) == sorted(expected)  # each exactly once
+    assert seqs == sorted(seqs)  # and in order
+
+
+def drain(watcher: Any) -> list[Any]:
+    """Move what a watcher received into its ``seen`` list."""
+    got = []
+    while not watcher.messages.empty():
+        message = watcher.messages.get()
+        watcher.seen.append(message)
+        got.append(message)
+    return got
