@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import msgspec
+
 from adapters.config import ConfigError, Settings, load_settings_with_sources, render_settings
 
 EXIT_USAGE = 2
@@ -98,6 +100,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from adapters.host import Host
 
     settings = _settings(args)
+    if args.http is not None:
+        settings = msgspec.structs.replace(settings, http_port=args.http)
     provider = _provider(settings)
     host = Host(settings, provider=provider)
     host.start()
@@ -107,6 +111,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"send UserMessage JSON to {host.subjects.inbox}; Ctrl-C stops",
             flush=True,
         )
+        if settings.http_port:
+            print(f"tether: HTTP connector on {host.http.url} (POST /messages, "
+                  "GET /sessions/ID/events, GET /metrics)", flush=True)
         _wait_for_signal()
     finally:
         host.stop()
@@ -532,7 +539,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add("config", "print the effective settings (secrets masked) and where each came from",
         cmd_config)
-    add("serve", "run the engine (actors, relay, projections) until Ctrl-C or SIGTERM", cmd_serve)
+    serve = add("serve", "run the engine (actors, relay, projections) until Ctrl-C or SIGTERM",
+                cmd_serve)
+    serve.add_argument("--http", type=int, metavar="PORT",
+                       help="also serve the HTTP connector on this port (the http_port "
+                            "setting; 0: none)")
     chat = add("chat", "chat in the terminal: type a message, watch the reply stream in",
                cmd_chat)
     chat.add_argument("--session", metavar="ID", help="continue this session")

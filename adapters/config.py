@@ -123,6 +123,10 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Dollars a new session may spend (0: no limit); a message may set its own."""
     resumable_sessions: PositiveInt = 50
     """Finished sessions that can be resumed by name (the most recent); any by id."""
+    http_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 0
+    """Port of the HTTP connector in ``tether serve`` (0: no HTTP connector)."""
+    http_host: str = "127.0.0.1"
+    """Address the HTTP connector listens on."""
     mode: Mode = "default"
     """The mode new sessions start in: default, plan or auto (``/plan``, ``/edit``,
     ``/default`` switch it)."""
@@ -167,6 +171,7 @@ ENV_VARS: Final[dict[str, str]] = {
     "TETHER_APPROVAL_TIMEOUT": "approval_timeout",
     "TETHER_MODE": "mode",
     "TETHER_MAX_SESSIONS": "max_sessions",
+    "TETHER_HTTP_PORT": "http_port",
     "TETHER_IDLE_TIMEOUT": "idle_timeout",
     "TETHER_BUDGET_USD": "budget_usd",
     "TETHER_SHELL_TIMEOUT": "shell_timeout",

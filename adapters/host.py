@@ -33,6 +33,7 @@ from actors.session import NewSession, SessionActor, SessionConfig
 from actors.ttsr import TtsrMonitorActor, rule_folders
 from actors.ttsr_rules import Rule, load_rules
 from adapters.config import Settings
+from adapters.http_api import HttpApi
 from adapters.nats_bus import NatsBus
 from adapters.nats_server import EmbeddedNats
 from adapters.relay import EventRelay
@@ -56,6 +57,7 @@ from projections.follower import Follower
 from projections.injection_records import InjectionRecords
 from projections.metrics import MetricsView
 from projections.outbox import Outbox
+from projections.prometheus import prometheus_text
 from projections.session_view import SessionView
 from projections.view import TrackedView
 
@@ -277,6 +279,12 @@ class Host:
                                  budget_usd=settings.budget_usd),
         )
         self._stack.append(self._kill_all)
+        if settings.http_port:
+            self.http = HttpApi(self.bus, self.subjects, host=settings.http_host,
+                                port=settings.http_port,
+                                metrics=lambda: prometheus_text(self.metrics.snapshot())
+                                ).start()
+            self._stack.append(self.http.stop)
         self._ticker = _Ticker([self.coordinator, self.manager])
         self._stack.append(self._ticker.stop)
 
