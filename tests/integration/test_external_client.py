@@ -88,3 +88,59 @@ def test_plain_json_client(
         assert headers["Nats-Msg-Id"] == str(body["id"])
     user = next(b for _, b in seen["events"] if b["event"] == "UserMessageReceived")
     assert user["data"] == {"text": "hi there", "channel": "mybot", "user": "user"}
+
+
+async def _watch(url: str, ns: str) -> dict[str, Any]:
+    """A plain-JSON client that watches a session from a second channel: it catches up,
+    goes to the background, and catches up again on what it missed."""
+    nc = await nats.connect(url)
+    got: list[dict[str, Any]] = []
+    ended = asyncio.Queue[str]()
+
+    async def on_origin(msg: Any) -> None:
+        if json.loads(msg.data)["kind"] == "completed":
+            await ended.put("completed")
+
+    async def on_side(msg: Any) -> None:
+        got.append(json.loads(msg.data))
+
+    async def say(text: str, sid: str = "") -> str:
+        body = {"type": "user_message", "text": text, "channel": "mybot", "session_id": sid}
+        reply = await nc.request(f"{ns}.inbox", json.dumps(body).encode(), timeout=10)
+        await asyncio.wait_for(ended.get(), timeout=20)
+        return str(json.loads(reply.data)["session_id"])
+
+    async def watch(sid: str, foreground: bool) -> dict[str, Any]:
+        body = {"type": "watch_session", "session_id": sid, "channel": "side",
+                "foreground": foreground}
+        reply = await nc.request(f"{ns}.router", json.dumps(body).encode(), timeout=10)
+        answer: dict[str, Any] = json.loads(reply.data)
+        return answer
+
+    await nc.subscribe(f"{ns}.channel.mybot.out", cb=on_origin)
+    await nc.subscribe(f"{ns}.channel.side.out", cb=on_side)
+    sid = await say("first")
+    joined = await watch(sid, True)
+    await say("second", sid)
+    away = await watch(sid, False)
+    during = len(got)
+    await say("third", sid)
+    await say("fourth", sid)
+    quiet = len(got) == during
+    back = await watch(sid, True)
+    await asyncio.sleep(0.3)  # the catch-up messages were sent before the answer
+    await nc.close()
+    return {"joined": joined, "away": away, "back": back, "got": got, "quiet": quiet}
+
+
+def test_a_plain_client_watches_in_the_foreground_and_catches_up(
+    fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host], nats_url: str
+) -> None:
+    host = make_host(fake_llm("responses: []\n"))
+    seen = asyncio.run(_watch(nats_url, host.subjects.namespace))
+    assert seen["joined"]["type"] == "watching" and seen["joined"]["caught_up"] == 1
+    assert seen["back"]["caught_up"] == 2 and seen["back"]["trimmed"] == 0
+    assert seen["quiet"]  # in the background: nothing of the play-by-play
+    kinds = [m["kind"] for m in seen["got"]]
+    assert kinds[0] == "catchup" and kinds[-2:] == ["catchup", "catchup"]
+    assert "stream" in kinds and "completed" in kinds  # live while in the foreground

@@ -118,7 +118,7 @@ def test_refusals_have_fitting_statuses(api: tuple[HttpApi, Host]) -> None:
 
 def test_metrics_and_sessions_are_served(api: tuple[HttpApi, Host]) -> None:
     server, host = api
-    status, answer = post(server.url, {"text": "count me"})
+    _, answer = post(server.url, {"text": "count me"})
     wait_until(lambda: host.metrics.snapshot().sessions_launched == 1, "the metrics view")
     with urllib.request.urlopen(f"{server.url}/metrics", timeout=10) as response:
         assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
