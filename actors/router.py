@@ -54,6 +54,8 @@ class RouterSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
     webhook_timeout: float = 10.0
     output_blocks: int = 200
     """Replies kept per session for catch-up."""
+    hold: float = 2.0
+    """Seconds a reply may wait for its live stream's end, so the stream shows first."""
 
 
 class OutboxAdvanced(msgspec.Struct):
@@ -76,8 +78,14 @@ class _Session:
         self.channel = channel
         self.log = log
         self.pending_text = ""
+        self.pending_seq = 0
         self.last_flush: dt.datetime | None = None
         self.turn_since: dt.datetime | None = None
+        self.streamed = False
+        """Stream deltas of this session reached this router."""
+        self.ended = 0
+        """The last generation whose stream ended here."""
+        self.held_since: dt.datetime | None = None
         self.reminded = False
         self.last_waiting: dt.datetime | None = None
 
@@ -100,6 +108,7 @@ class NotificationRouterActor(TetherActor):
         settings: RouterSettings | None = None,
         clock: Clock | None = None,
         post: Callable[[str, dict[str, Any], float], Any] | None = None,
+        catch_up: Callable[[], object] | None = None,
     ) -> None:
         super().__init__(system)
         self.app = app
@@ -107,6 +116,8 @@ class NotificationRouterActor(TetherActor):
         self.settings = settings or RouterSettings()
         self.clock = clock or SystemClock()
         self.post = post or post_json
+        self.catch_up = catch_up
+        """Brings the outbox up to the log now (the follower's catch_up)."""
         self.sessions: dict[str, _Session] = {}
         self.in_flight: set[str] = set()
         self.sent = 0
@@ -136,29 +147,44 @@ class NotificationRouterActor(TetherActor):
         if state is None:
             return
         now = self.clock.now()
+        state.streamed = True
         if delta.kind == "turn_start":
+            self._flush(session_id=delta.session_id, state=state)  # an aborted generation's
+            if self.catch_up is not None:
+                # What was stored before this model call (a tool's result) is told first.
+                self.catch_up()
+                self._deliver_pending()
             state.channel = delta.channel or state.channel
             state.turn_since = state.turn_since or now
             state.reminded = False
         elif delta.kind == "text" and delta.text:
             state.pending_text += delta.text
+            state.pending_seq = delta.seq
             if state.last_flush is None or (
                     now - state.last_flush).total_seconds() >= self.settings.debounce:
-                self._flush(delta.session_id, state, delta.seq)
+                self._flush(delta.session_id, state)
         elif delta.kind == "end":
-            self._flush(delta.session_id, state, delta.seq)
+            self._flush(delta.session_id, state)
+            state.ended = max(state.ended, delta.generation)
+            if state.held_since is not None:
+                state.held_since = None
+                self._deliver_pending()
 
-    def _flush(self, session_id: str, state: _Session, seq: int = 0) -> None:
-        state.last_flush = self.clock.now()
+    def _flush(self, session_id: str, state: _Session) -> None:
+        """Send the gathered text, numbered with its last delta's seq (a generation's
+        deltas count from 1, so a lower number starts a new reply)."""
         if not state.pending_text:
             return
+        state.last_flush = self.clock.now()
         text, state.pending_text = state.pending_text, ""
         for channel in state.watchers():
             self._send(channel, ChannelMessage(session_id=session_id, kind="stream",
-                                               text=text, seq=seq))
+                                               text=text, seq=state.pending_seq))
 
     def _on_tick(self) -> None:
         now = self.clock.now()
+        if any(state.held_since is not None for state in self.sessions.values()):
+            self._deliver_pending()  # notices held past their time go now
         for session_id, state in self.sessions.items():
             if state.pending_text and state.last_flush is not None and (
                     now - state.last_flush).total_seconds() >= self.settings.debounce:
@@ -176,15 +202,31 @@ class NotificationRouterActor(TetherActor):
     # --- planned notices ----------------------------------------------------------------
 
     def _deliver_pending(self) -> None:
+        held: set[str] = set()
         for row in self.outbox.pending():
-            notice = str(row["id"])
-            if notice in self.in_flight:
-                continue  # sent; its Delivered event is on its way to the outbox
+            notice, session_id = str(row["id"]), str(row["session_id"])
+            if notice in self.in_flight or session_id in held:
+                continue  # sent (its Delivered event is on its way), or waits its turn
+            if self._hold(session_id, int(row["generation"])):
+                held.add(session_id)
+                continue
             self.in_flight.add(notice)
             self._deliver(row)
         if len(self.in_flight) > 10_000:  # marked long ago: keep the set small
             pending = {str(r["id"]) for r in self.outbox.pending()}
             self.in_flight &= pending
+
+    def _hold(self, session_id: str, generation: int) -> bool:
+        """Whether a session's notices wait for the end of its live stream: a reply
+        stored from a generation whose stream this router has not seen end yet (the
+        stream's text should show first). At most ``hold`` seconds."""
+        state = self._session(session_id)
+        if state is None or not generation or not state.streamed or generation <= state.ended:
+            return False
+        now = self.clock.now()
+        if state.held_since is None:
+            state.held_since = now
+        return (now - state.held_since).total_seconds() < self.settings.hold
 
     def _deliver(self, row: Mapping[str, Any]) -> None:
         session_id, notice, kind, text = (row["session_id"], str(row["id"]), row["kind"],
@@ -193,6 +235,8 @@ class NotificationRouterActor(TetherActor):
         if state is None:
             return
         seq = int(row["position"]) * 1000 + int(row["n"])
+        if state.pending_text:
+            self._flush(session_id, state)  # what streamed before a notice shows first
         if kind in ENDINGS or kind == "status":
             state.turn_since = None
         audience = row["audience"]

@@ -93,7 +93,7 @@ def run_demo(settings: Settings, out: TextIO | None = None) -> int:
                 say(f"you> {text}")
                 terminal.say(text)
                 last = terminal.print_turn(timeout=60)
-                failed = failed or last.kind != "completed"
+                failed = failed or last.kind not in ("completed", "status")
             terminal.close()
             host.relay.catch_up()
             sid = terminal.session_id

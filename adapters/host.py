@@ -253,6 +253,7 @@ class Host:
             ],
             app=self.app,
             outbox=self.outbox,
+            catch_up=self.outbox_follower.catch_up,
             settings=settings.notifications,
             clock=self.clock,
         )

@@ -84,6 +84,7 @@ class TerminalConnector:
         """Print the session's messages until the turn ends (and the implementation turn
         an approved plan starts); returns the last notice."""
         streaming = False
+        stream_seq = 0
         self._turns_left = 1
         while True:
             try:
@@ -96,6 +97,10 @@ class TerminalConnector:
                     continue
                 self._last_notice = msg.seq
             if msg.kind == "stream":
+                if streaming and msg.seq <= stream_seq:  # a new generation (a retry)
+                    self.out.write("\n")
+                    streaming = False
+                stream_seq = msg.seq
                 if not streaming:
                     self.out.write("assistant> ")
                     streaming = True

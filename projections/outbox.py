@@ -26,6 +26,7 @@ OUTBOX = Table(
     (
         ("id", "text"), ("position", "int"), ("n", "int"), ("session_id", "text"),
         ("kind", "text"), ("text", "text"), ("audience", "text"), ("delivered", "int"),
+        ("generation", "int"),
     ),
     key=("id",),
 )
@@ -64,6 +65,8 @@ class Outbox(TrackedView):
                 "id": notice_id(position, n), "position": position, "n": n,
                 "session_id": session_id, "kind": p.kind, "text": p.text,
                 "audience": p.audience, "delivered": 0,
+                "generation": int(getattr(domain_event, "generation", 0) or 0)
+                if p.kind == "reply" else 0,
             }))
             for n, p in enumerate(planned)
         ]

@@ -67,6 +67,8 @@ responses:
     # The first delta goes at once; the clock then stood still, so the rest was gathered
     # and went out when the message ended.
     assert streamed == ["Twe", "lve little deltas make one stream message here."]
+    kinds = [m.kind for m in channel.seen]
+    assert kinds.index("reply") > max(i for i, k in enumerate(kinds) if k == "stream")
 
 
 def test_a_channel_in_the_background_catches_up_when_it_comes_back(
@@ -116,7 +118,8 @@ responses:
         "line one\nline two\nthe answer is 42")
     # The play-by-play is for watchers only: the route got no reply or stream.
     assert [m.kind for m in telegram.seen] == ["completed"]
-    assert ("completed", "test,telegram|acct|42", "sent") in deliveries(host, sid)
+    wait_until(lambda: ("completed", "test,telegram|acct|42", "sent") in deliveries(host, sid),
+               "the delivery record")
 
 
 def test_an_unknown_route_wakes_the_webhook(
