@@ -152,15 +152,18 @@ def test_an_unknown_route_wakes_the_webhook(
         server.shutdown()
 
 
-def test_waiting_notices_are_debounced_and_long_turns_get_one_reminder(
-    engine: Callable[..., tuple[Host, ManualClock]], watch_channel: Callable[..., Any],
-) -> None:
-    host, clock = engine("""
+PUBLISH = """
 responses:
   - match: "publish"
     blocks:
       - tool_use: {name: run_shell, input: {command: "git push origin main"}}
-""", safety_net=15.0)
+"""
+
+
+def test_waiting_notices_go_to_a_background_origin_at_most_every_5_s(
+    engine: Callable[..., tuple[Host, ManualClock]], watch_channel: Callable[..., Any],
+) -> None:
+    host, clock = engine(PUBLISH, safety_net=15.0)
     test = watch_channel(host, "test")
     sid = say(host, "publish it")
     test.wait_for("approval")
@@ -169,13 +172,33 @@ responses:
     host.manager.ref.ask(Tick(), timeout=10)  # the safety net fires: waiting for input
     waiting = test.wait_for("waiting")
     assert waiting.text.startswith("publish: waiting for input (nothing has happened")
-    clock.advance(600)
+    say(host, "no", sid)  # the turn ends at once: waiting again, within 5 s
+    test.wait_for("completed")
+    wait_until(lambda: ("waiting", "test", "skipped: debounced") in deliveries(host, sid),
+               "the debounced notice's record")
+    drain(test)
+    assert [m.kind for m in test.seen].count("waiting") == 1
+
+
+def test_a_long_turn_gets_one_reminder(
+    engine: Callable[..., tuple[Host, ManualClock]], watch_channel: Callable[..., Any],
+) -> None:
+    host, clock = engine(PUBLISH)
+    test = watch_channel(host, "test")
+    say(host, "publish it")
+    test.wait_for("approval")
+    clock.advance(599)
+    host.router.ref.ask(Tick(), timeout=10)
+    clock.advance(2)
     host.router.ref.ask(Tick(), timeout=10)
     reminder = test.wait_for("reminder")
     assert reminder.text == "publish has been running for over 10 minutes"
-    host.router.ref.ask(Tick(), timeout=10)
     clock.advance(600)
     host.router.ref.ask(Tick(), timeout=10)
+    host.router.ref.ask(Tick(), timeout=10)
+    say(host, "/status")  # a message after the ticks: everything they caused came first
+    test.wait_for("status")
+    drain(test)
     assert [m.kind for m in test.seen].count("reminder") == 1
 
 
