@@ -103,7 +103,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.http is not None:
         settings = msgspec.structs.replace(settings, http_port=args.http)
     provider = _provider(settings)
-    host = Host(settings, provider=provider)
+    host = Host(settings, provider=provider, serve_http=True)
     host.start()
     try:
         print(
@@ -169,6 +169,33 @@ def _remote(settings: Settings) -> tuple[Any, Any]:
     return NatsBus(url, name="tether-cli"), Subjects(settings.namespace)
 
 
+def cmd_telegram(args: argparse.Namespace) -> int:
+    from adapters.telegram import TelegramConnector, allowlist_problem
+
+    settings = _settings(args)
+    if not settings.telegram_token:
+        raise ConfigError("no Telegram bot token: set telegram_token in tether.toml or "
+                          "TETHER_TELEGRAM_TOKEN (BotFather gives one)")
+    problem = allowlist_problem(settings.middleware)
+    if problem is not None and not args.open:
+        raise ConfigError(f"{problem}; add an allowlist under [middleware] allow "
+                          "(e.g. \"telegram-*\" = [\"YOUR_USER_ID\"]) or pass --open")
+    bus, subjects = _remote(settings)
+    connector = TelegramConnector(
+        bus, subjects, token=settings.telegram_token,
+        base_url=settings.telegram_base_url or None, throttle=settings.telegram_throttle,
+        can_edit=settings.telegram_can_edit, workspace=settings.workspace)
+    try:
+        connector.start()
+        print(f"tether: Telegram connector running for namespace {subjects.namespace}; "
+              "Ctrl-C stops", flush=True)
+        _wait_for_signal()
+    finally:
+        connector.stop()
+        bus.close()
+    return 0
+
+
 def cmd_kill(args: argparse.Namespace) -> int:
     from actors.runtime import ask
     from events.messages import Killed, KillSession
@@ -193,7 +220,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
     bus, subjects = _remote(_settings(args))
     try:
         forked = ask(bus, subjects.manager, ForkSession(
-            session_id=args.session, at_version=args.at or 0, channel="cli"), Accepted,
+            session_id=args.session, at_version=args.at or 0), Accepted,
             timeout=15)
     finally:
         bus.close()
@@ -555,6 +582,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("demo", "run a short scripted conversation that shows every actor, then print the "
         "session view and its event timeline", cmd_demo)
     add("sessions", "list sessions from the session view", cmd_sessions)
+    telegram = add("telegram", "connect a Telegram bot to the running engine (token: "
+                   "telegram_token); replies stream into the chat, edited in place",
+                   cmd_telegram)
+    telegram.add_argument("--open", action="store_true",
+                          help="run even though no allowlist covers Telegram chats (anyone "
+                               "who finds the bot can use it)")
     kill = add("kill", "kill an active session of the running engine", cmd_kill)
     kill.add_argument("session", help="session id or name")
     kill.add_argument("--reason", default="killed by user", help="recorded with the kill")

@@ -127,6 +127,14 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Port of the HTTP connector in ``tether serve`` (0: no HTTP connector)."""
     http_host: str = "127.0.0.1"
     """Address the HTTP connector listens on."""
+    telegram_token: str = ""
+    """The Telegram bot's token (``tether telegram``); a secret, masked everywhere."""
+    telegram_base_url: str = ""
+    """The Bot API base URL ending in ``/bot`` (empty: Telegram's own)."""
+    telegram_throttle: PositiveFloat = 1.5
+    """Seconds between two edits of a streaming Telegram message."""
+    telegram_can_edit: bool = True
+    """Stream replies by editing one message; false: send each reply whole at its end."""
     mode: Mode = "default"
     """The mode new sessions start in: default, plan or auto (``/plan``, ``/edit``,
     ``/default`` switch it)."""
@@ -172,6 +180,8 @@ ENV_VARS: Final[dict[str, str]] = {
     "TETHER_MODE": "mode",
     "TETHER_MAX_SESSIONS": "max_sessions",
     "TETHER_HTTP_PORT": "http_port",
+    "TETHER_TELEGRAM_TOKEN": "telegram_token",
+    "TETHER_TELEGRAM_BASE_URL": "telegram_base_url",
     "TETHER_IDLE_TIMEOUT": "idle_timeout",
     "TETHER_BUDGET_USD": "budget_usd",
     "TETHER_SHELL_TIMEOUT": "shell_timeout",
@@ -187,7 +197,7 @@ _FIELDS: Final[dict[str, msgspec.structs.FieldInfo]] = {
     f.name: f for f in msgspec.structs.fields(Settings)
 }
 _PATH_FIELDS: Final = ("state_dir", "workspace", "rules_dir", "nats_server", "policy_file")
-_SECRET_FIELDS: Final = frozenset({"anthropic_api_key"})
+_SECRET_FIELDS: Final = frozenset({"anthropic_api_key", "telegram_token"})
 _URL_FIELDS: Final = frozenset({"database_url", "nats_url", "anthropic_base_url"})
 _NATS_SCHEMES: Final = frozenset({"nats", "tls", "ws", "wss"})
 # URL query parameters of database_url -> eventsourcing's POSTGRES_* keys.

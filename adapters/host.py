@@ -76,7 +76,7 @@ def tool_environment() -> dict[str, str]:
 def known_secrets(settings: Settings) -> list[str]:
     """Secret values the redactor masks: the API key, URL passwords, and the values of
     this process's secret-looking environment variables."""
-    values = [settings.anthropic_api_key]
+    values = [settings.anthropic_api_key, settings.telegram_token]
     for url in (settings.database_url, settings.nats_url):
         password = urlsplit(url).password if "://" in url else None
         if password:
@@ -130,8 +130,12 @@ class Host:
         clock: Clock | None = None,
         canaries: Ids | None = None,
         start_actors: bool = True,
+        serve_http: bool = False,
     ) -> None:
         self.settings = settings
+        self.serve_http = serve_http
+        self.notices_before = 0
+        """Start the HTTP connector (``tether serve``) when ``http_port`` is set."""
         self.provider = provider
         self.tools = tools or BuiltinTools(timeout=settings.shell_timeout, env=tool_environment())
         self.ids = ids or RandomIds()
@@ -190,8 +194,10 @@ class Host:
         self.injections, self.injections_follower = self._follow(InjectionRecords, "injections")
         self.audit, self.audit_follower = self._follow(AuditIndex, "audit")
         self.metrics, self.metrics_follower = self._follow(MetricsView, "metrics")
+        head = self.app.max_notification_id() or 0
         self.outbox, self.outbox_follower = self._follow(Outbox, "outbox",
-                                                         then=self._outbox_advanced)
+                                                         then=self._outbox_advanced,
+                                                         before=self._outbox_baseline(head))
         # The router starts from the outbox: it must have taken in every delivery already
         # recorded, or it would send those notices again.
         self.outbox_follower.catch_up()
@@ -204,11 +210,14 @@ class Host:
             self._start_actors()
 
     def _follow(self, kind: type[V], purpose: str,
-                then: Callable[[], None] | None = None) -> tuple[V, Follower]:
-        """Open a read model and keep it following the log until stop (calling ``then``
-        after each batch)."""
+                then: Callable[[], None] | None = None,
+                before: Callable[[V], None] | None = None) -> tuple[V, Follower]:
+        """Open a read model (``before`` sees it first) and keep it following the log
+        until stop (calling ``then`` after each batch)."""
         view = open_view(kind, self.app, self.settings, purpose)
         self._stack.append(view.close)
+        if before is not None:
+            before(view)
 
         def consume(batch: Sequence[Any]) -> None:
             view.consume(batch)
@@ -254,6 +263,7 @@ class Host:
             app=self.app,
             outbox=self.outbox,
             catch_up=self.outbox_follower.catch_up,
+            history_through=self.notices_before,
             settings=settings.notifications,
             clock=self.clock,
         )
@@ -280,7 +290,7 @@ class Host:
                                  budget_usd=settings.budget_usd),
         )
         self._stack.append(self._kill_all)
-        if settings.http_port:
+        if self.serve_http and settings.http_port:
             self.http = HttpApi(self.bus, self.subjects, host=settings.http_host,
                                 port=settings.http_port,
                                 metrics=lambda: prometheus_text(self.metrics.snapshot())
@@ -288,6 +298,13 @@ class Host:
             self._stack.append(self.http.stop)
         self._ticker = _Ticker([self.coordinator, self.manager])
         self._stack.append(self._ticker.stop)
+
+    def _outbox_baseline(self, head: int) -> Callable[[Outbox], None]:
+        """A new outbox over a log that already has events (a store from before the
+        outbox, or its file removed): what was planned up to now is history, not news."""
+        def check(outbox: Outbox) -> None:
+            self.notices_before = head if outbox.position() == 0 else 0
+        return check
 
     def _outbox_advanced(self) -> None:
         router = getattr(self, "router", None)

@@ -11,15 +11,14 @@ The chat's session is the one the engine answered with (Accepted) the last time;
 forgets it, so the next message (or the rest of ``/new ...``) starts a new session. A
 command addressed to another bot (``/cmd@otherbot``) is ignored; ``@thisbot`` is dropped.
 
-**Channel names.** Chat ids of groups are negative (``-100123``). A subject token may
-hold ``-``, but ``telegram--100123`` would read as an empty part and a glob like
-``telegram-1*`` would then match groups by accident, so a minus is written ``m``: chat
-``123`` is channel ``telegram-123`` and chat ``-100123`` is ``telegram-m100123``
-(:func:`channel_for`, :func:`chat_for`; one to one, and always one token). The allowlist of the
-middleware applies per channel (``allow = {"telegram-*" = ["111"]}``) to ``user``, the
-Telegram user id as a string. A route ``telegram|<chat>`` (a session's origin) is
-understood as well: the notice comes on channel ``telegram`` with ``target`` naming the
-chat (``-100123`` or ``m100123``).
+**Channel names.** Group chat ids are negative (``-100123``). The minus is written ``m``,
+so a channel name never holds a double dash and reads as one word: chat ``123`` is
+channel ``telegram-123`` and chat ``-100123`` is ``telegram-m100123`` (:func:`channel_for`
+and :func:`chat_for`, one to one; always one valid subject token).
+The middleware's allowlist applies per channel (``allow = {"telegram-*" = ["111"]}``) to
+``user``, the Telegram user id as a string. A route ``telegram|<chat>`` (a session's
+origin) is understood as well: such a notice comes on channel ``telegram`` with
+``target`` naming the chat (``-100123`` or ``m100123``).
 
 **What the chat shows.** The connector listens on ``<ns>.channel.*.out`` and keeps its own
 channels. Per chat and session, a reply's ``stream`` text and its ``tool`` start lines
@@ -41,12 +40,14 @@ when nothing of the turn was seen here (a background ending). A notice with ``se
 repeat (the router sends one again after a crash) and is dropped.
 
 **Errors.** An ErrorReply to the ask (not on the allowlist, rate limited, session limit,
-message too large) is sent to the chat as ``⛔``/``⚠️ Not sent: <reason>``; the engine
-also sends the same reason as an ``error`` notice on the channel, and the chat shows it
-once. A session the engine no longer knows is forgotten and the message is sent again as
-a new session. No answer in time says so. Bot API failures are retried: ``RetryAfter``
-(429) after the time it asks, network errors with a short backoff; an edit of a message
-that is gone becomes a new message; "message is not modified" is success.
+message too large) is sent to the chat as ``⛔ Not sent: <reason>`` (not allowed) or
+``⚠️ Not sent: <reason>``. The engine also sends the reason as an ``error`` notice on the
+channel, sometimes before the answer: one that comes while the chat waits for an answer
+is held until the answer is in, and the same reason within a minute is shown once. A
+session the engine no longer knows is forgotten and the message is sent again to start a
+new one; no answer in time says so. Bot API failures are retried: ``RetryAfter`` (429)
+after the time it asks, network errors after a short backoff; an edit of a message that
+is gone becomes a new message; "message is not modified" counts as done.
 
 **Why a loop of its own.** python-telegram-bot is asyncio, and so is the bus; the
 connector could run on the bus loop (``bus.spawn``), but that loop carries every actor's
@@ -72,10 +73,10 @@ import collections
 import contextlib
 import datetime as dt
 import logging
+import math
 import re
 import threading
 import time
-import warnings
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -88,7 +89,6 @@ from telegram.error import (
     RetryAfter,
     TelegramError,
 )
-from telegram.warnings import PTBDeprecationWarning
 
 from actors.chat_stream import (
     DEFAULT_LIMIT,
@@ -100,6 +100,7 @@ from actors.chat_stream import (
     Send,
     split_text,
 )
+from actors.middleware import Gate, MiddlewareSettings
 from actors.ports import Bus, Clock, Inbound, Subscription, SystemClock
 from events.codec import DecodeFailure, Decoder, encode
 from events.messages import Accepted, ChannelMessage, ErrorReply, UserMessage
@@ -137,6 +138,7 @@ ICONS = {
 START_TEXT = ("Hello! Send a message and a coding agent works on it here; its reply streams "
               "into this chat. /new starts a new session, /help lists the commands.")
 
+_NAMED_COMMAND = re.compile(r"(?P<command>/[^\s@]+)@(?P<bot>\w+)(?=\s|\Z)")
 _TOOL_START = re.compile(r"→ (?P<name>[^(\s]+)(?:\((?P<args>.*)\))?\s*\Z", re.S)
 
 
@@ -165,6 +167,19 @@ def parse_chat(text: str) -> int | None:
     if not text.isdigit() or (text.startswith("0") and text != "0"):
         return None
     return sign * int(text)
+
+
+def allowlist_problem(middleware: MiddlewareSettings, prefix: str = PREFIX) -> str | None:
+    """Why the middleware leaves Telegram chats open to anyone, or None when an allowlist
+    covers them. A channel no allowlist key matches is open to everyone, and anyone can
+    find a bot on Telegram: a command starting the connector should refuse (or warn)."""
+    gate = Gate(middleware)
+    open_ = [c for c in (channel_for(1, prefix), channel_for(-1001, prefix))
+             if gate.allowed_users(c) is None]
+    if not open_:
+        return None
+    return (f"no [middleware.allow] key matches {' or '.join(open_)}: every Telegram user "
+            f'could use the bot. Add e.g. allow = {{"{prefix}-*" = ["<your user id>"]}}')
 
 
 # --- state ----------------------------------------------------------------------------------
@@ -206,13 +221,20 @@ class _Chat:
     chat_id: int
     channel: str
     session_id: str = ""
-    last_notice: int = 0
+    last_notice: dict[str, int] = field(default_factory=dict)
+    """Per session, the highest notice number shown (notices of one session come in
+    order; two sessions' may interleave)."""
     turns: dict[str, _Turn] = field(default_factory=dict)
     actions: collections.deque[_Action] = field(default_factory=collections.deque)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     sender: asyncio.Task[None] | None = None
     errors: dict[str, float] = field(default_factory=dict)
+    asking: int = 0
+    """Messages of the chat waiting for the engine's answer."""
+    held: list[ChannelMessage] = field(default_factory=list)
+    """Error notices that came while asking: shown (or dropped as the answer's twin) once
+    the answer is in."""
 
 
 # --- the connector --------------------------------------------------------------------------
@@ -368,7 +390,7 @@ class TelegramConnector:
         while True:
             try:
                 updates = await self.bot.get_updates(
-                    offset=self._offset, timeout=int(self.poll_timeout),
+                    offset=self._offset, timeout=max(1, math.ceil(self.poll_timeout)),
                     allowed_updates=["message"])
             except TelegramError as exc:  # network trouble, a conflict, a bad gateway...
                 log.warning("telegram: getUpdates failed (%s); again in %g s", exc, backoff)
@@ -415,37 +437,50 @@ class TelegramConnector:
     def _for_me(self, text: str) -> str | None:
         """The text with ``@thisbot`` dropped from a leading command; None for a command
         addressed to another bot."""
-        if not text.startswith("/"):
+        named = _NAMED_COMMAND.match(text)
+        if named is None:
             return text
-        head, sep, tail = text.partition(" ")
-        command, at, bot = head.partition("@")
-        if not at:
-            return text
-        if self.username and bot.lower() != self.username.lower():
+        if self.username and named["bot"].lower() != self.username.lower():
             return None
-        return command + sep + tail
+        return named["command"] + text[named.end():]
 
     async def _submit(self, chat: _Chat, user_id: int, text: str) -> None:
         for attempt in range(2):
             message = UserMessage(text=text, channel=chat.channel, session_id=chat.session_id,
                                   user=str(user_id), workspace=self.workspace)
-            answer, error = await self._ask(message)
-            if isinstance(answer, Accepted):
-                chat.session_id = answer.session_id
+            chat.asking += 1
+            try:
+                answer, error = await self._ask(message)
+            finally:
+                chat.asking -= 1
+            try:
+                if isinstance(answer, Accepted):
+                    chat.session_id = answer.session_id
+                    return
+                if isinstance(answer, ErrorReply):
+                    if answer.error == "unknown_session" and chat.session_id and attempt == 0:
+                        self._seen_error(chat, answer.reason)  # its notice need not show
+                        chat.session_id = ""
+                        self._plain(chat, f"{INFO} The previous session is gone; this "
+                                          "message starts a new one.")
+                        continue
+                    if not self._seen_error(chat, answer.reason):
+                        icon = "⛔" if answer.error == "not_allowed" else "⚠️"
+                        self._plain(chat, f"{icon} Not sent: {answer.reason}")
+                    return
+                self._plain(chat, f"⚠️ Not sent: {error}. Please send it again.")
                 return
-            if isinstance(answer, ErrorReply):
-                if answer.error == "unknown_session" and chat.session_id and attempt == 0:
-                    self._seen_error(chat, answer.reason)  # its notice need not show
-                    chat.session_id = ""
-                    self._plain(chat, f"{INFO} The previous session is gone; this message "
-                                      "starts a new one.")
-                    continue
-                if not self._seen_error(chat, answer.reason):
-                    icon = "⛔" if answer.error == "not_allowed" else "⚠️"
-                    self._plain(chat, f"{icon} Not sent: {answer.reason}")
-                return
-            self._plain(chat, f"⚠️ Not sent: {error}. Please send it again.")
+            finally:
+                self._release(chat)
+
+    def _release(self, chat: _Chat) -> None:
+        """Show the error notices held while the chat was asking (the twin of an
+        ErrorReply already shown is dropped)."""
+        if chat.asking:
             return
+        held, chat.held = chat.held, []
+        for message in held:
+            self._own_message(chat, message)
 
     async def _ask(self, message: UserMessage) -> tuple[Accepted | ErrorReply | None, str]:
         """Request on the inbox without blocking this loop: the bus answers on its own
@@ -466,6 +501,8 @@ class TelegramConnector:
         if data is None:
             if "no reply" in error:
                 error = f"the engine did not answer within {self.ask_timeout:g} s"
+            elif "nobody is listening" in error:
+                error = "the engine is not running"
             return None, error
         try:
             return self._replies.decode(data), ""
@@ -501,11 +538,15 @@ class TelegramConnector:
         kind = message.kind
         self.counts[kind] += 1
         if kind not in ("stream", "catchup") and message.seq > 0:
-            if message.seq <= chat.last_notice:
+            if message.seq <= chat.last_notice.get(message.session_id, 0):
                 self.counts["dropped"] += 1
                 return
-            chat.last_notice = message.seq
-        if kind == "stream":
+            chat.last_notice[message.session_id] = message.seq
+        if kind == "error" and chat.asking:
+            # The engine refuses a message twice, as the answer and as this notice, and
+            # this one may come first: the answer, which says more, is shown.
+            chat.held.append(message)
+        elif kind == "stream":
             self._on_stream(chat, message)
         elif kind == "tool":
             self._on_tool(chat, message)
@@ -681,7 +722,5 @@ class TelegramConnector:
 
 
 def _seconds(exc: RetryAfter) -> float:
-    with warnings.catch_warnings():  # int now, timedelta in a later major version
-        warnings.simplefilter("ignore", PTBDeprecationWarning)
-        value = exc.retry_after
+    value = exc.retry_after  # an int now (with a deprecation warning), a timedelta later
     return value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
