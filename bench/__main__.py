@@ -1,4 +1,4 @@
-"""Run every benchmark: ``python -m bench [--quick] [--nats URL] [--only NAME]``.
+"""Run every benchmark: ``python -m bench [--quick] [--nats URL] [--only NAME] [NAME...]``.
 
 NATS comes from ``--nats``, else ``TETHER_NATS_URL``, else an embedded ``nats-server`` started
 in a temporary directory for the run and stopped at the end.
@@ -10,10 +10,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from bench import append, ask, gate, interrupt, ttsr
+from bench import append, ask, fanout, gate, interrupt, ttsr
 from bench.common import nats_server, say
 
-BENCHMARKS = ("ask", "append", "interrupt", "ttsr", "gate")
+BENCHMARKS = ("ask", "append", "interrupt", "ttsr", "gate", "fanout")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -36,8 +36,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         help="run only this benchmark (may be repeated)",
     )
+    parser.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help=f"benchmarks to run, as with --only ({', '.join(BENCHMARKS)})",
+    )
     args = parser.parse_args(argv)
-    chosen = args.only or list(BENCHMARKS)
+    unknown = [name for name in args.names if name not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark {unknown[0]!r} (choose from {', '.join(BENCHMARKS)})")
+    chosen = (args.only or []) + args.names or list(BENCHMARKS)
     say(f"python {sys.version.split()[0]}, mode: {'quick' if args.quick else 'full'}")
     summary: list[str] = []
     if "ask" in chosen:
@@ -61,6 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         with nats_server(args.nats) as url:
             say()
             summary.extend(gate.run(url, quick=args.quick).ratio_lines())
+    if "fanout" in chosen:
+        with nats_server(args.nats) as url:
+            say()
+            spread = fanout.run(url, quick=args.quick)
+            summary.append(f"RATIO fanout router/raw = {spread.ratio:.2f}")
     say()
     say("== summary")
     for line in summary:

@@ -63,6 +63,12 @@ def test_gate_quick_prints_its_ratios(nats_url: str) -> None:
         assert re.search(rf"RATIO {name} = \d+\.\d\d$", out, re.MULTILINE), out
 
 
+def test_fanout_quick_prints_its_ratio(nats_url: str) -> None:
+    out = run_bench("bench.fanout", "--quick", "--nats", nats_url)
+    assert re.search(r"RATIO fanout router/raw = \d+\.\d\d$", out, re.MULTILINE), out
+    assert "sustained:" in out and "per idle session" in out
+
+
 def test_all_benchmarks_quick(nats_url: str) -> None:
     out = run_bench("bench", "--quick", "--nats", nats_url, "--only", "ask", "--only", "append")
     for name in ("ask", "append"):
