@@ -183,8 +183,9 @@ class SessionManagerActor(TetherActor):
     def _error(self, channel: str, envelope: Envelope | None, error: str, reason: str,
                session_id: str = "") -> None:
         self.reply(envelope, ErrorReply(error=error, reason=reason))
-        self.send(self.subjects.channel_out(channel),
-                  ChannelMessage(session_id=session_id, kind="error", text=reason))
+        if channel:
+            self.send(self.subjects.channel_out(channel),
+                      ChannelMessage(session_id=session_id, kind="error", text=reason))
 
     def _resolve(self, ref: str) -> str | None:
         """The id of the session ``ref`` names: a stored id, else the name of an active

@@ -25,7 +25,7 @@ import logging
 import threading
 import urllib.request
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import pykka
@@ -45,16 +45,22 @@ log = logging.getLogger(__name__)
 class RouterSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """How the router routes and paces notices (the ``[notifications]`` table)."""
 
-    debounce: float = 0.5
-    waiting_debounce: float = 5.0
-    long_running: float = 600.0
+    debounce: Annotated[float, msgspec.Meta(ge=0)] = 0.5
+    """Seconds stream text is gathered before it goes out (the first text at once)."""
+    waiting_debounce: Annotated[float, msgspec.Meta(ge=0)] = 5.0
+    """At most one waiting-for-input notice per session in this many seconds."""
+    long_running: Annotated[float, msgspec.Meta(gt=0)] = 600.0
+    """A turn running this many seconds gets one reminder."""
     workdir_channels: dict[str, str] = {}
+    """Working directory -> route, for sessions whose request named no channel."""
     fallback_channel: str = ""
+    """The route when nothing else gives one (else the wake webhook)."""
     wake_webhook: str = ""
-    webhook_timeout: float = 10.0
-    output_blocks: int = 200
+    """URL POSTed ``{"text", "mode": "now"}`` for notices with no route."""
+    webhook_timeout: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    output_blocks: Annotated[int, msgspec.Meta(ge=1)] = 200
     """Replies kept per session for catch-up."""
-    hold: float = 2.0
+    hold: Annotated[float, msgspec.Meta(ge=0)] = 2.0
     """Seconds a reply may wait for its live stream's end, so the stream shows first."""
 
 
@@ -72,10 +78,13 @@ class WebhookDone(msgspec.Struct):
 class _Session:
     """What the router knows of one session (rebuilt from the store on first use)."""
 
-    def __init__(self, name: str, origin: str, channel: str, log: Deliveries) -> None:
+    def __init__(self, name: str, explicit: str, channel: str, workspace: str,
+                 settings: RouterSettings, log: Deliveries) -> None:
         self.name = name
-        self.origin = origin
+        self.explicit = explicit
         self.channel = channel
+        self.workspace = workspace
+        self.settings = settings
         self.log = log
         self.pending_text = ""
         self.pending_seq = 0
@@ -88,6 +97,13 @@ class _Session:
         self.held_since: dt.datetime | None = None
         self.reminded = False
         self.last_waiting: dt.datetime | None = None
+
+    @property
+    def origin(self) -> str:
+        """The route for background notices (:func:`resolve_origin`); it follows the
+        channel of the session's latest message."""
+        return resolve_origin(self.explicit, self.channel, self.workspace,
+                              self.settings.workdir_channels, self.settings.fallback_channel)
 
     def watchers(self) -> list[str]:
         """Channels watching in the foreground: the origin channel unless it went to the
@@ -109,6 +125,7 @@ class NotificationRouterActor(TetherActor):
         clock: Clock | None = None,
         post: Callable[[str, dict[str, Any], float], Any] | None = None,
         catch_up: Callable[[], object] | None = None,
+        history_through: int = 0,
     ) -> None:
         super().__init__(system)
         self.app = app
@@ -118,6 +135,9 @@ class NotificationRouterActor(TetherActor):
         self.post = post or post_json
         self.catch_up = catch_up
         """Brings the outbox up to the log now (the follower's catch_up)."""
+        self.history_through = history_through
+        """Notices planned from events up to this notification id are history (the outbox
+        was created over an existing log): recorded as skipped, never sent."""
         self.sessions: dict[str, _Session] = {}
         self.in_flight: set[str] = set()
         self.sent = 0
@@ -155,8 +175,9 @@ class NotificationRouterActor(TetherActor):
                 self.catch_up()
                 self._deliver_pending()
             state.channel = delta.channel or state.channel
-            state.turn_since = state.turn_since or now
-            state.reminded = False
+            if state.turn_since is None:  # a new turn (not another model call of this one)
+                state.turn_since = now
+                state.reminded = False
         elif delta.kind == "text" and delta.text:
             state.pending_text += delta.text
             state.pending_seq = delta.seq
@@ -203,7 +224,10 @@ class NotificationRouterActor(TetherActor):
 
     def _deliver_pending(self) -> None:
         held: set[str] = set()
-        for row in self.outbox.pending():
+        pending = self.outbox.pending()
+        if self.history_through and pending:
+            pending = self._skip_history(pending)
+        for row in pending:
             notice, session_id = str(row["id"]), str(row["session_id"])
             if notice in self.in_flight or session_id in held:
                 continue  # sent (its Delivered event is on its way), or waits its turn
@@ -213,8 +237,27 @@ class NotificationRouterActor(TetherActor):
             self.in_flight.add(notice)
             self._deliver(row)
         if len(self.in_flight) > 10_000:  # marked long ago: keep the set small
-            pending = {str(r["id"]) for r in self.outbox.pending()}
-            self.in_flight &= pending
+            self.in_flight &= {str(r["id"]) for r in self.outbox.pending()}
+
+    def _skip_history(self, pending: list[Any]) -> list[Any]:
+        """Record the notices of events from before the outbox existed as skipped (one
+        save per session); the rest are news."""
+        old = [r for r in pending if int(r["position"]) <= self.history_through]
+        touched: dict[str, Deliveries] = {}
+        for row in old:
+            notice = str(row["id"])
+            if notice in self.in_flight:
+                continue
+            state = self._session(str(row["session_id"]))
+            if state is None:
+                continue
+            self.in_flight.add(notice)
+            state.log.deliver(notice=notice, kind=str(row["kind"]), route="-",
+                              outcome="skipped: from before the outbox existed")
+            touched[str(row["session_id"])] = state.log
+        for log_ in touched.values():
+            self.app.save(log_)
+        return [r for r in pending if int(r["position"]) > self.history_through]
 
     def _hold(self, session_id: str, generation: int) -> bool:
         """Whether a session's notices wait for the end of its live stream: a reply
@@ -358,10 +401,9 @@ class NotificationRouterActor(TetherActor):
             return None
         log_ = self.app.load(deliveries_uuid(session_id), Deliveries) or Deliveries(
             session_id=session_id)
-        origin = resolve_origin(session.origin, session.channel, session.workspace,
-                                self.settings.workdir_channels, self.settings.fallback_channel)
-        state = self.sessions[session_id] = _Session(session.name, origin, session.channel,
-                                                     log_)
+        state = self.sessions[session_id] = _Session(
+            session.name, session.origin, session.channel, session.workspace, self.settings,
+            log_)
         return state
 
     def _output(self, session_id: str, through: int = 0) -> OutputBuffer:

@@ -5,7 +5,8 @@ read of the metrics view for ``/metrics``. Endpoints:
 
 - ``POST /messages``: a JSON UserMessage (``text`` required; ``session_id`` an id or a
   name, ``channel`` defaults to ``http``) -> ``202 {"session_id"}``, or the engine's
-  refusal as ``{"error", "reason"}`` with a fitting status (400, 402, 403, 404, 429, 504).
+  refusal as ``{"error", "reason"}`` with a fitting status (400, 402, 403, 404, 413, 429;
+  502 for any other refusal, 504 when the engine does not answer).
 - ``GET /sessions``: the session view as JSON.
 - ``GET /sessions/<id or name>/events[?channel=NAME]``: ``text/event-stream``. The
   channel (``http-<random>`` unless given) watches the session in the foreground: first
@@ -70,6 +71,11 @@ class HttpApi:
         self.heartbeat = heartbeat
         self.timeout = timeout
         self._stopping = threading.Event()
+        self._latest: dict[str, int] = {}
+        """Per channel, the newest stream's number: only it may send the channel to the
+        background when it ends (a client that reconnects quickly has a newer one)."""
+        self._lock = threading.Lock()
+        self._count = 0
         api = self
 
         class Handler(_Handler):
@@ -123,6 +129,21 @@ class HttpApi:
                      timeout=self.timeout)
         return [msgspec.to_builtins(s) for s in listed.sessions]
 
+    def open_stream(self, channel: str) -> int:
+        """Number a new stream of ``channel``; it is now the channel's newest."""
+        with self._lock:
+            self._count += 1
+            self._latest[channel] = self._count
+            return self._count
+
+    def close_stream(self, channel: str, number: int) -> bool:
+        """Forget stream ``number``; whether it was the channel's newest."""
+        with self._lock:
+            if self._latest.get(channel) != number:
+                return False
+            del self._latest[channel]
+            return True
+
     def resolve(self, ref: str) -> str | None:
         """The session id ``ref`` names (an id or a name), or None."""
         for row in self.sessions():
@@ -151,6 +172,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/sessions":
             try:
                 self._json(200, {"sessions": self.owner.sessions()})
+            except RemoteError as exc:
+                self._json(502, {"error": exc.reply.error, "reason": exc.reply.reason})
             except (AskTimeout, BusError) as exc:
                 self._json(504, {"error": "timeout", "reason": str(exc)})
         elif path.startswith("/sessions/") and path.endswith("/events"):
@@ -198,6 +221,7 @@ class _Handler(BaseHTTPRequestHandler):
 
         sub = owner.bus.subscribe(owner.subjects.channel_out(channel),
                                   lambda m: on_message(m.data))
+        number = owner.open_stream(channel)
         try:
             ask(owner.bus, owner.subjects.router, WatchSession(
                 session_id=session_id, channel=channel), Watching, timeout=owner.timeout)
@@ -214,10 +238,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(504, {"error": "timeout", "reason": str(exc)})
         finally:
             sub.close()
-            with contextlib.suppress(AskTimeout, BusError, RemoteError):
-                ask(owner.bus, owner.subjects.router, WatchSession(
-                    session_id=session_id, channel=channel, foreground=False), Watching,
-                    timeout=owner.timeout)
+            # Only the channel's newest stream ends its watch: a client that is back on
+            # a newer one still watches.
+            if owner.close_stream(channel, number):
+                with contextlib.suppress(AskTimeout, BusError, RemoteError):
+                    ask(owner.bus, owner.subjects.router, WatchSession(
+                        session_id=session_id, channel=channel, foreground=False),
+                        Watching, timeout=owner.timeout)
 
     def _stream(self, inbox: queue.Queue[ChannelMessage]) -> None:
         self.wfile.write(b": watching\n\n")

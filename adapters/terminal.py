@@ -50,8 +50,9 @@ class TerminalConnector:
         turn); None: nobody to ask."""
         self.session_id = ""
         self._turns_left = 1
-        self._last_notice = 0
-        """The highest notice number shown: a notice sent again after a crash is dropped."""
+        self._last_notice: dict[str, int] = {}
+        """Per session, the highest notice number shown: a notice sent again after a
+        crash is dropped."""
         self._command = False
         self.inbox: queue.Queue[ChannelMessage] = queue.Queue()
         decoder: Decoder[ChannelMessage] = Decoder(ChannelMessage)
@@ -93,9 +94,9 @@ class TerminalConnector:
                 self._line(f"[no answer within {timeout:g} s]")
                 raise TimeoutError(f"no answer within {timeout:g} s") from None
             if msg.kind not in ("stream", "catchup") and msg.seq:
-                if msg.seq <= self._last_notice:
+                if msg.seq <= self._last_notice.get(msg.session_id, 0):
                     continue
-                self._last_notice = msg.seq
+                self._last_notice[msg.session_id] = msg.seq
             if msg.kind == "stream":
                 if streaming and msg.seq <= stream_seq:  # a new generation (a retry)
                     self.out.write("\n")

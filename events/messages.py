@@ -193,7 +193,10 @@ class ForkSession(Message):
 
     session_id: Token
     at_version: Annotated[int, msgspec.Meta(ge=0)] = 0
-    channel: Token = "cli"
+    channel: OptionalToken = ""
+    """Where to report a refusal and the fork's home channel; empty: none yet (its
+    background notices go to the configured working-directory map or fallback until
+    someone writes to it)."""
     user: str = "user"
 
 

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from actors.middleware import MiddlewareSettings
+from adapters.anthropic_provider import AnthropicProvider
+from adapters.config import Settings
 from adapters.fake_llm import FakeLLM
 from adapters.host import Host
 from adapters.http_api import HttpApi
@@ -129,13 +131,25 @@ def test_metrics_and_sessions_are_served(api: tuple[HttpApi, Host]) -> None:
     assert [s["session_id"] for s in listed] == [answer["session_id"]]
 
 
-def test_tether_serve_starts_the_http_connector_when_asked(
-    fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host],
+def test_only_a_serving_host_starts_the_http_connector(
+    fake_llm: Callable[[str], FakeLLM], make_settings: Callable[..., Settings],
 ) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    host = make_host(fake_llm("responses: []\n"), http_port=port)
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as response:
-        assert json.loads(response.read()) == {"ok": True}
-    assert host.http.url == f"http://127.0.0.1:{port}"
+    llm = fake_llm("responses: []\n")
+    settings = make_settings(anthropic_base_url=llm.base_url, http_port=port)
+    provider = AnthropicProvider(None, llm.base_url)
+    chat = Host(settings, provider=provider).start()  # tether chat, tether demo
+    try:
+        assert not hasattr(chat, "http")
+        serving = Host(settings, provider=provider, serve_http=True).start()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health",
+                                        timeout=10) as response:
+                assert json.loads(response.read()) == {"ok": True}
+            assert serving.http.url == f"http://127.0.0.1:{port}"
+        finally:
+            serving.stop()
+    finally:
+        chat.stop()
