@@ -24,6 +24,7 @@ COMMANDS = {
     "proceed": "implement the plan waiting for review",
     "clean": "implement the plan with a fresh context",
     "adjust": "/adjust WHAT: send the plan back with what to change",
+    "stop": "stop the turn that is running (the session stays, waiting for input)",
     "help": "list the commands",
 }
 

@@ -412,6 +412,12 @@ class SessionActor(TetherActor):
             if mode == "plan":
                 result += (f"; the plan goes to {self._plan_file()}, and ExitPlanMode asks "
                            "you to review it")
+        elif name == "stop":
+            if self.phase == "idle":
+                result = "no turn is running"
+            else:
+                self._stop_turn(f"stopped by {message.user}")
+                result = "the turn was stopped; the session waits for your next message"
         elif name in PLAN_COMMANDS:
             if self.phase != "review":
                 result = "no plan is waiting for review"
@@ -973,6 +979,14 @@ class SessionActor(TetherActor):
             self._turn_ended(f"the turn failed: {error}", "failed")
         self.app.save(self.session)
         self._idle()
+
+    def _stop_turn(self, why: str) -> None:
+        """Stop the running turn only: nothing more is asked of the model, no further tool
+        runs, every call without a result gets one; the session stays."""
+        self._refuse_pending(f"not run: {why}")
+        self.tool_queue.clear()
+        self.generation = -1  # what is still on its way (deltas, a tool's result) is dropped
+        self._record_failure(why)
 
     def _turn_ended(self, why: str, single_turn_status: str) -> None:
         """A multi-turn session stays running and waits for input; a single-turn session

@@ -298,3 +298,35 @@ def test_tether_kill_and_fork_talk_to_the_running_engine(
     assert statuses(host, sid)[-1] == ("killed", "enough stars")
     again = tether("kill", "count-stars")
     assert again.returncode == 1 and "no active session 'count-stars'" in again.stderr
+
+
+def test_stop_ends_the_running_turn_only(
+    engine: Callable[..., tuple[Host, ManualClock, FakeLLM]],
+    watch_channel: Callable[..., Any],
+) -> None:
+    script = """
+responses:
+  - match: "long story"
+    chunk: 2
+    delay_ms: 30
+    blocks:
+      - text: "Once upon a time there was a very long story that took ages to tell."
+      - tool_use: {name: list_dir, input: {path: "."}}
+  - match: "something short"
+    blocks: [{text: "Short."}]
+"""
+    host, _, llm = engine(script)
+    channel = watch_channel(host, "test")
+    sid = say(host, "tell me a long story")
+    channel.wait_for("stream")
+    say(host, "/stop", sid, user="ana")
+    assert channel.wait_for("failed").text == "the turn failed: stopped by ana"
+    session = host.app.session(sid)
+    assert session is not None and session.status == "running" and session.waiting
+    assert not any(type(e).__name__ in ("ToolCallProposed", "AssistantMessageAppended")
+                   for e in host.app.session_events(sid))  # nothing of it was kept or run
+    say(host, "now something short", sid)
+    channel.wait_for("completed")
+    assert llm.requests[-1]["messages"][-1]["content"][-1]["text"] == "now something short"
+    say(host, "/stop", sid)
+    assert channel.wait_for("status").text == "no turn is running"
