@@ -18,11 +18,12 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import pytest
 
+from actors.ports import Ids, ManualClock
 from adapters.anthropic_provider import AnthropicProvider
 from adapters.config import Settings, load_settings
 from adapters.fake_llm import FakeLLM, parse_script
@@ -148,6 +149,36 @@ def make_host(make_settings: Callable[..., Settings]) -> Iterator[Callable[..., 
         host = Host(settings, provider=AnthropicProvider(api_key=None, base_url=llm.base_url))
         hosts.append(host.start())
         return host
+
+    yield start
+    for host in hosts:
+        host.stop()
+
+
+class Engine(NamedTuple):
+    """A started host with its injected clock and its local model server."""
+
+    host: Host
+    clock: ManualClock
+    llm: FakeLLM
+
+
+@pytest.fixture
+def engine(
+    make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
+) -> Iterator[Callable[..., Engine]]:
+    """Start an engine host on an injected clock (and, if given, deterministic ids)
+    against a fake model playing ``script`` (stopped after the test)."""
+    hosts: list[Host] = []
+
+    def start(script: str = "responses: []\n", *, clock: ManualClock | None = None,
+              ids: Ids | None = None, **overrides: Any) -> Engine:
+        llm = fake_llm(script)
+        clock = clock or ManualClock()
+        host = Host(make_settings(anthropic_base_url=llm.base_url, **overrides),
+                    provider=AnthropicProvider(None, llm.base_url), clock=clock, ids=ids)
+        hosts.append(host.start())
+        return Engine(host, clock, llm)
 
     yield start
     for host in hosts:

@@ -2,43 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from actors.ports import ManualClock
 from actors.runtime import RemoteError, Tick, ask
-from adapters.anthropic_provider import AnthropicProvider
-from adapters.config import Settings
-from adapters.fake_llm import FakeLLM
 from adapters.host import Host
 from events.messages import Accepted, Killed, KillSession, UserMessage
+from tests.conftest import Engine
 from tests.helpers import say, wait_until
 
 CHAT = """
 on_exhausted: reply
 responses: []
 """
-
-
-@pytest.fixture
-def engine(
-    make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
-) -> Iterator[Callable[..., tuple[Host, ManualClock, FakeLLM]]]:
-    hosts: list[Host] = []
-
-    def start(script: str = CHAT, **overrides: Any) -> tuple[Host, ManualClock, FakeLLM]:
-        llm = fake_llm(script)
-        clock = ManualClock()
-        host = Host(make_settings(anthropic_base_url=llm.base_url, **overrides),
-                    provider=AnthropicProvider(None, llm.base_url), clock=clock)
-        hosts.append(host.start())
-        return host, clock, llm
-
-    yield start
-    for host in hosts:
-        host.stop()
 
 
 def statuses(host: Host, sid: str) -> list[tuple[str, str]]:
@@ -57,7 +36,7 @@ def tick(host: Host, clock: ManualClock, seconds: float) -> None:
 
 
 def test_multi_turn_sessions_stay_running_and_wait_for_input(
-    engine: Callable[..., tuple[Host, ManualClock, FakeLLM]],
+    engine: Callable[..., Engine],
     watch_channel: Callable[..., Any],
 ) -> None:
     host, _, _ = engine()
@@ -83,7 +62,7 @@ def say_single(host: Host, text: str) -> str:
 
 
 def test_the_active_limit_refuses_and_says_what_to_do(
-    engine: Callable[..., tuple[Host, ManualClock, FakeLLM]],
+    engine: Callable[..., Engine],
     watch_channel: Callable[..., Any],
 ) -> None:
     host, _, _ = engine(max_sessions=2)
@@ -105,7 +84,7 @@ def test_the_active_limit_refuses_and_says_what_to_do(
 
 
 def test_a_session_is_found_by_name_and_a_finished_one_resumes(
-    engine: Callable[..., tuple[Host, ManualClock, FakeLLM]],
+    engine: Callable[..., Engine],
     watch_channel: Callable[..., Any],
 ) -> None:
     host, _, llm = engine()
@@ -124,7 +103,7 @@ def test_a_session_is_found_by_name_and_a_finished_one_resumes(
 
 
 def test_going_over_the_budget_fails_the_session_and_says_so(
-    engine: Callable[..., tuple[Host, ManualClock, FakeLLM]],
+    engine: Callable[..., Engine],
     watch_channel: Callable[..., Any],
 ) -> None:
     script = """
@@ -151,7 +130,7 @@ responses:
 
 
 def test_the_idle_timeout_kills_and_the_safety_net_signals_once(
-    engine: Callable[..., tuple[Host, ManualClock, FakeLLM]],
+    engine: Callable[..., Engine],
     watch_channel: Callable[..., Any],
 ) -> None:
     script = """
@@ -185,7 +164,7 @@ responses:
 
 
 def test_shutdown_kills_every_active_session_and_a_message_resumes_it(
-    engine: Callable[..., tuple[Host, ManualClock, FakeLLM]],
+    engine: Callable[..., Engine],
     watch_channel: Callable[..., Any],
 ) -> None:
     host, _, _ = engine()
@@ -204,7 +183,7 @@ def test_shutdown_kills_every_active_session_and_a_message_resumes_it(
 
 
 def test_finished_sessions_leave_memory_after_an_hour(
-    engine: Callable[..., tuple[Host, ManualClock, FakeLLM]],
+    engine: Callable[..., Engine],
     watch_channel: Callable[..., Any],
 ) -> None:
     host, clock, _ = engine()
@@ -226,7 +205,7 @@ def test_finished_sessions_leave_memory_after_an_hour(
 
 
 def test_a_fork_copies_the_history_and_rule_log_up_to_an_event(
-    engine: Callable[..., tuple[Host, ManualClock, FakeLLM]],
+    engine: Callable[..., Engine],
     watch_channel: Callable[..., Any],
 ) -> None:
     from events.messages import ForkSession
@@ -267,7 +246,7 @@ def test_a_fork_copies_the_history_and_rule_log_up_to_an_event(
 
 
 def test_tether_kill_and_fork_talk_to_the_running_engine(
-    engine: Callable[..., tuple[Host, ManualClock, FakeLLM]],
+    engine: Callable[..., Engine],
     watch_channel: Callable[..., Any], nats_url: str,
 ) -> None:
     import os
@@ -301,7 +280,7 @@ def test_tether_kill_and_fork_talk_to_the_running_engine(
 
 
 def test_stop_ends_the_running_turn_only(
-    engine: Callable[..., tuple[Host, ManualClock, FakeLLM]],
+    engine: Callable[..., Engine],
     watch_channel: Callable[..., Any],
 ) -> None:
     script = """

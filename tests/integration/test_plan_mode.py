@@ -7,40 +7,25 @@ local model server; session ids are sequential so the scripts can name the plan 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from actors.ports import ManualClock, SequentialIds
-from adapters.anthropic_provider import AnthropicProvider
-from adapters.config import Settings
-from adapters.fake_llm import FakeLLM
+from actors.ports import SequentialIds
 from adapters.host import Host
 from events.messages import ToolResultBlock
+from tests.conftest import Engine
 from tests.helpers import say
 
 SID = "s1"
 
 
 @pytest.fixture
-def engine(
-    make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
-) -> Iterator[Callable[..., tuple[Host, FakeLLM]]]:
-    hosts: list[Host] = []
-
-    def start(script: str, **overrides: Any) -> tuple[Host, FakeLLM]:
-        llm = fake_llm(script)
-        settings = make_settings(anthropic_base_url=llm.base_url, **overrides)
-        host = Host(settings, provider=AnthropicProvider(None, llm.base_url),
-                    ids=SequentialIds(), clock=ManualClock())
-        hosts.append(host.start())
-        return host, llm
-
-    yield start
-    for host in hosts:
-        host.stop()
+def engine(engine: Callable[..., Engine]) -> Callable[..., Engine]:
+    """The shared engine, with sequential ids so the scripts can name the plan file."""
+    return lambda *args, **kwargs: engine(*args, ids=SequentialIds(), **kwargs)
 
 
 def plan_file(workspace: Path) -> Path:
@@ -101,10 +86,10 @@ IMPLEMENT = """
 
 
 def test_proceed_keeps_the_context_and_implements_in_auto_mode(
-    engine: Callable[..., tuple[Host, FakeLLM]], workspace: Path,
+    engine: Callable[..., Engine], workspace: Path,
     watch_channel: Callable[..., Any],
 ) -> None:
-    host, llm = engine(planning_script(workspace, IMPLEMENT.format(workspace=workspace)),
+    host, _, llm = engine(planning_script(workspace, IMPLEMENT.format(workspace=workspace)),
                        mode="plan")
     channel = watch_channel(host, "test")
     sid = say(host, "add a greeting file", user="ana")
@@ -149,10 +134,10 @@ def test_proceed_keeps_the_context_and_implements_in_auto_mode(
 
 
 def test_clean_proceed_starts_the_implementation_with_a_fresh_context(
-    engine: Callable[..., tuple[Host, FakeLLM]], workspace: Path,
+    engine: Callable[..., Engine], workspace: Path,
     watch_channel: Callable[..., Any],
 ) -> None:
-    host, llm = engine(planning_script(workspace, IMPLEMENT.format(workspace=workspace)))
+    host, _, llm = engine(planning_script(workspace, IMPLEMENT.format(workspace=workspace)))
     channel = watch_channel(host, "test")
     sid = say(host, "/plan")  # default mode at start; the command switches
     channel.wait_for("status")
@@ -173,7 +158,7 @@ def test_clean_proceed_starts_the_implementation_with_a_fresh_context(
 
 
 def test_adjust_sends_the_feedback_back_and_stays_in_plan_mode(
-    engine: Callable[..., tuple[Host, FakeLLM]], workspace: Path,
+    engine: Callable[..., Engine], workspace: Path,
     watch_channel: Callable[..., Any],
 ) -> None:
     plan = plan_file(workspace)
@@ -187,7 +172,7 @@ def test_adjust_sends_the_feedback_back_and_stays_in_plan_mode(
     blocks:
       - tool_use: {{name: ExitPlanMode, input: {{}}}}
 """
-    host, llm = engine(planning_script(workspace, revise), mode="plan")
+    host, _, llm = engine(planning_script(workspace, revise), mode="plan")
     channel = watch_channel(host, "test")
     sid = say(host, "add a greeting file")
     review(channel)
@@ -205,7 +190,7 @@ def test_adjust_sends_the_feedback_back_and_stays_in_plan_mode(
 
 
 def test_a_plan_file_written_without_exit_plan_mode_is_reviewed_anyway(
-    engine: Callable[..., tuple[Host, FakeLLM]], workspace: Path,
+    engine: Callable[..., Engine], workspace: Path,
     watch_channel: Callable[..., Any],
 ) -> None:
     plan = plan_file(workspace)
@@ -219,7 +204,7 @@ responses:
   - match: "plan below is approved"
     blocks: [{{text: "Implemented."}}]
 """
-    host, llm = engine(script, mode="plan")
+    host, _, llm = engine(script, mode="plan")
     channel = watch_channel(host, "test")
     sid = say(host, "plan the greeting")
     assert "1. greet" in review(channel)
@@ -233,7 +218,7 @@ responses:
 
 
 def test_the_plan_comes_from_the_streamed_text_else_a_fallback_line(
-    engine: Callable[..., tuple[Host, FakeLLM]], watch_channel: Callable[..., Any],
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
 ) -> None:
     script = """
 responses:
@@ -249,7 +234,7 @@ responses:
   - match: "wants the plan changed"
     blocks: [{text: "ok"}]
 """
-    host, _ = engine(script, mode="plan")
+    host, _, _ = engine(script, mode="plan")
     channel = watch_channel(host, "test")
     sid = say(host, "plan one")
     assert "rename foo to bar" in review(channel)  # no plan file: the streamed text
@@ -264,7 +249,7 @@ responses:
 
 
 def test_exit_plan_mode_outside_plan_mode_and_review_commands_without_a_plan(
-    engine: Callable[..., tuple[Host, FakeLLM]], watch_channel: Callable[..., Any],
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
 ) -> None:
     script = """
 responses:
@@ -274,7 +259,7 @@ responses:
   - match: "not in plan mode"
     blocks: [{text: "Understood."}]
 """
-    host, _ = engine(script)
+    host, _, _ = engine(script)
     channel = watch_channel(host, "test")
     sid = say(host, "exit please")
     channel.wait_for("completed")
@@ -285,13 +270,13 @@ responses:
 
 
 def test_a_kill_cancels_a_pending_plan_review(
-    engine: Callable[..., tuple[Host, FakeLLM]], workspace: Path,
+    engine: Callable[..., Engine], workspace: Path,
     watch_channel: Callable[..., Any],
 ) -> None:
     from actors.runtime import ask
     from events.messages import Killed, KillSession
 
-    host, _ = engine(planning_script(workspace, ""), mode="plan")
+    host, _, _ = engine(planning_script(workspace, ""), mode="plan")
     channel = watch_channel(host, "test")
     sid = say(host, "add a greeting file")
     review(channel)
@@ -303,13 +288,13 @@ def test_a_kill_cancels_a_pending_plan_review(
 
 
 def test_the_terminal_reviews_the_plan_and_follows_the_implementation(
-    engine: Callable[..., tuple[Host, FakeLLM]], workspace: Path,
+    engine: Callable[..., Engine], workspace: Path,
 ) -> None:
     import io
 
     from adapters.terminal import TerminalConnector
 
-    host, _ = engine(planning_script(workspace, IMPLEMENT.format(workspace=workspace)),
+    host, _, _ = engine(planning_script(workspace, IMPLEMENT.format(workspace=workspace)),
                      mode="plan")
     out = io.StringIO()
     terminal = TerminalConnector(host.bus, host.subjects, channel="term", out=out,

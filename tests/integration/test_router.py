@@ -5,41 +5,16 @@ from __future__ import annotations
 import http.server
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
-
-from actors.ports import ManualClock
 from actors.router import RouterSettings
 from actors.runtime import Tick, ask
-from adapters.anthropic_provider import AnthropicProvider
-from adapters.config import Settings
-from adapters.fake_llm import FakeLLM
 from adapters.host import Host
 from events.deliveries import Deliveries, deliveries_uuid
 from events.messages import Accepted, UserMessage, Watching, WatchSession
+from tests.conftest import Engine
 from tests.helpers import say, wait_until
-
-
-@pytest.fixture
-def engine(
-    make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
-) -> Iterator[Callable[..., tuple[Host, ManualClock]]]:
-    hosts: list[Host] = []
-
-    def start(script: str = "responses: []\n", clock: ManualClock | None = None,
-              **overrides: Any) -> tuple[Host, ManualClock]:
-        llm = fake_llm(script)
-        clock = clock or ManualClock()
-        host = Host(make_settings(anthropic_base_url=llm.base_url, **overrides),
-                    provider=AnthropicProvider(None, llm.base_url), clock=clock)
-        hosts.append(host.start())
-        return host, clock
-
-    yield start
-    for host in hosts:
-        host.stop()
 
 
 def watch(host: Host, sid: str, channel: str, foreground: bool = True) -> Watching:
@@ -53,9 +28,9 @@ def deliveries(host: Host, sid: str) -> list[tuple[str, str, str]]:
 
 
 def test_stream_text_is_gathered_and_flushed_when_the_message_ends(
-    engine: Callable[..., tuple[Host, ManualClock]], watch_channel: Callable[..., Any],
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
 ) -> None:
-    host, _ = engine("""
+    host, _, _ = engine("""
 responses:
   - chunk: 3
     blocks: [{text: "Twelve little deltas make one stream message here."}]
@@ -72,9 +47,9 @@ responses:
 
 
 def test_a_channel_in_the_background_catches_up_when_it_comes_back(
-    engine: Callable[..., tuple[Host, ManualClock]], watch_channel: Callable[..., Any],
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
 ) -> None:
-    host, _ = engine(notifications=RouterSettings(output_blocks=2))
+    host, _, _ = engine(notifications=RouterSettings(output_blocks=2))
     test = watch_channel(host, "test")
     web = watch_channel(host, "web")
     sid = say(host, "first")
@@ -101,9 +76,9 @@ def test_a_channel_in_the_background_catches_up_when_it_comes_back(
 
 
 def test_endings_reach_the_origin_route_with_the_last_lines(
-    engine: Callable[..., tuple[Host, ManualClock]], watch_channel: Callable[..., Any],
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
 ) -> None:
-    host, _ = engine("""
+    host, _, _ = engine("""
 responses:
   - blocks: [{text: "line one\\nline two\\nthe answer is 42"}]
 """)
@@ -123,7 +98,7 @@ responses:
 
 
 def test_an_unknown_route_wakes_the_webhook(
-    engine: Callable[..., tuple[Host, ManualClock]],
+    engine: Callable[..., Engine],
 ) -> None:
     posted: list[dict[str, Any]] = []
 
@@ -140,7 +115,7 @@ def test_an_unknown_route_wakes_the_webhook(
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/hooks/wake"
-        host, _ = engine(notifications=RouterSettings(wake_webhook=url))
+        host, _, _ = engine(notifications=RouterSettings(wake_webhook=url))
         sid = ask(host.bus, host.subjects.inbox, UserMessage(
             text="work alone", channel="test", origin="unknown"), Accepted).session_id
         wait_until(lambda: any("done:" in p["text"] for p in posted), "the webhook")
@@ -161,9 +136,9 @@ responses:
 
 
 def test_waiting_notices_go_to_a_background_origin_at_most_every_5_s(
-    engine: Callable[..., tuple[Host, ManualClock]], watch_channel: Callable[..., Any],
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
 ) -> None:
-    host, clock = engine(PUBLISH, safety_net=15.0)
+    host, clock, _ = engine(PUBLISH, safety_net=15.0)
     test = watch_channel(host, "test")
     sid = say(host, "publish it")
     test.wait_for("approval")
@@ -181,9 +156,9 @@ def test_waiting_notices_go_to_a_background_origin_at_most_every_5_s(
 
 
 def test_a_long_turn_gets_one_reminder(
-    engine: Callable[..., tuple[Host, ManualClock]], watch_channel: Callable[..., Any],
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
 ) -> None:
-    host, clock = engine(PUBLISH)
+    host, clock, _ = engine(PUBLISH)
     test = watch_channel(host, "test")
     say(host, "publish it")
     test.wait_for("approval")
@@ -203,7 +178,7 @@ def test_a_long_turn_gets_one_reminder(
 
 
 def test_a_restart_in_a_burst_loses_nothing_and_sends_nothing_twice(
-    engine: Callable[..., tuple[Host, ManualClock]], nats_url: str,
+    engine: Callable[..., Engine], nats_url: str,
 ) -> None:
     from adapters.nats_bus import NatsBus
     from tests.conftest import ChannelWatcher
@@ -217,7 +192,7 @@ responses:
 {calls}
   - blocks: [{{text: "All listed."}}]
 """
-    host, _ = engine(script)
+    host, _, _ = engine(script)
     bus = NatsBus(nats_url, name="watcher")  # a connector of its own, across both engines
     test = ChannelWatcher(bus, host.subjects.channel_out("test"))
     sid = say(host, "burst")
@@ -226,7 +201,7 @@ responses:
     wait_until(lambda: any(type(e).__name__ == "TurnCompleted"
                            for e in host.app.session_events(sid)), "the turn's end")
     host.stop()
-    again, _ = engine(script, database_url=host.settings.database_url,
+    again, _, _ = engine(script, database_url=host.settings.database_url,
                       state_dir=host.settings.state_dir)  # ...and a new process takes over
     wait_until(lambda: not again.outbox.pending(), "every notice delivered")
     planned = again.outbox.rows("notice_outbox", {"session_id": sid})
@@ -262,13 +237,13 @@ def drain(watcher: Any) -> list[Any]:
 
 
 def test_an_outbox_made_over_an_older_log_does_not_replay_it(
-    engine: Callable[..., tuple[Host, ManualClock]], watch_channel: Callable[..., Any],
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
 ) -> None:
     import os
 
     from adapters.store import store_env
 
-    host, _ = engine()
+    host, _, _ = engine()
     test = watch_channel(host, "test")
     sid = say(host, "hello")
     test.wait_for("completed")
@@ -277,7 +252,7 @@ def test_an_outbox_made_over_an_older_log_does_not_replay_it(
     host.stop()
     os.remove(store_env(settings, "outbox")["SQLITE_DBNAME"])  # a store from before it
 
-    again, _ = engine(database_url=settings.database_url, state_dir=settings.state_dir)
+    again, _, _ = engine(database_url=settings.database_url, state_dir=settings.state_dir)
     later = watch_channel(again, "test")
     wait_until(lambda: not again.outbox.pending(), "the old notices settled")
     skipped = [d for d in deliveries(again, sid)
