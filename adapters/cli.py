@@ -170,6 +170,8 @@ def _remote(settings: Settings) -> tuple[Any, Any]:
 
 
 def cmd_telegram(args: argparse.Namespace) -> int:
+    from telegram.error import TelegramError
+
     from adapters.telegram import TelegramConnector, allowlist_problem
 
     settings = _settings(args)
@@ -186,7 +188,11 @@ def cmd_telegram(args: argparse.Namespace) -> int:
         base_url=settings.telegram_base_url or None, throttle=settings.telegram_throttle,
         can_edit=settings.telegram_can_edit, workspace=settings.workspace)
     try:
-        connector.start()
+        try:
+            connector.start()
+        except TelegramError as exc:  # a wrong token, an unreachable Bot API
+            why = str(exc).replace(settings.telegram_token, "***")  # never print the token
+            raise ConfigError(f"the Telegram bot could not start: {why}") from None
         print(f"tether: Telegram connector running for namespace {subjects.namespace}; "
               "Ctrl-C stops", flush=True)
         _wait_for_signal()
