@@ -48,6 +48,7 @@ DEFAULT_CONFIG_FILES: tuple[str, ...] = (
     ".tether/config.toml",
     ".tether/policy.yaml",
     ".tether/rules/**",
+    ".tether/skills/**",
     ".claude/settings.json",
     ".claude/settings.local.json",
 )
