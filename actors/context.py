@@ -3,15 +3,27 @@
 Pure: no I/O. Consecutive turns of the same role are merged (a tool result followed by a
 TTSR reminder becomes one user message) because the Messages API expects the roles to
 alternate.
+
+Context shaping, also pure and never changing the stored history: token estimates and
+the ``max_tokens`` clamp (figures from :mod:`actors.models`), stale tool results turned
+into one-line summaries, coalescing of same-role text messages, and the planning half of
+compaction (budget, trigger, split, the two prompts, the summary message and the
+MEMORY.md text); the model calls themselves are made by the caller.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import datetime as dt
+import json
+import re
+from collections.abc import Sequence
+from typing import Any, TypeVar, cast
 
 import msgspec
 
+from actors.models import model_info
 from actors.ports import ModelRequest
+from events.messages import TextBlock, ToolResultBlock, ToolUseBlock
 from events.session import Turn
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -48,3 +60,554 @@ def build_request(
         tools=tools,
         max_tokens=max_tokens,
     )
+
+
+# --- turns --------------------------------------------------------------------------------
+#
+# A *turn* starts with user text: a user message holding any block that is not a
+# tool_result (what the user typed, or text the engine put in the user's place: a TTSR
+# reminder, a compaction's summary). Tool results belong to the turn of the tool_use they
+# answer, the one in progress when they arrive, also when text follows them in the same
+# message (as it does once to_api_messages has merged a reminder or the next question into
+# the message of results): such a mixed message ends one turn and starts the next.
+# Messages before the first turn start are in turn 0. Stored histories never mix the two
+# (a result never joins a text Turn), so counting on Turns and on API dicts agrees.
+#
+# A history may be cut only before a *clean* turn start: a user message with blocks and no
+# tool_result. Everything before it has its tool_use blocks answered; cutting before a
+# mixed message would part its results from the tool_use blocks they answer.
+
+Msg = TypeVar("Msg", Turn, dict[str, Any])
+"""A message as stored (a Turn) or as sent (a Messages API dict)."""
+
+
+def _role(message: Turn | dict[str, Any]) -> str:
+    return message.role if isinstance(message, Turn) else str(message["role"])
+
+
+def _blocks(message: Turn | dict[str, Any]) -> list[Any]:
+    if isinstance(message, Turn):
+        return list(message.content)
+    content = message["content"]
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(content)
+
+
+def _kind(block: Any) -> str:
+    if isinstance(block, TextBlock):
+        return "text"
+    if isinstance(block, ToolUseBlock):
+        return "tool_use"
+    if isinstance(block, ToolResultBlock):
+        return "tool_result"
+    return str(block.get("type", "")) if isinstance(block, dict) else ""
+
+
+def _has_result(message: Turn | dict[str, Any]) -> bool:
+    return any(_kind(b) == "tool_result" for b in _blocks(message))
+
+
+def starts_turn(message: Turn | dict[str, Any]) -> bool:
+    """``message`` starts a turn: a user message with a block that is not a tool_result."""
+    return _role(message) == "user" and any(
+        _kind(b) != "tool_result" for b in _blocks(message)
+    )
+
+
+def can_split_before(message: Turn | dict[str, Any]) -> bool:
+    """A history may be cut before ``message``: a turn start without tool results."""
+    return starts_turn(message) and not _has_result(message)
+
+
+def turn_numbers(messages: Sequence[Turn | dict[str, Any]]) -> list[int]:
+    """The turn each message ends in: 0 before the first turn start, then 1, 2, ...
+    (the tool results of a mixed message are in the turn before its number)."""
+    numbers: list[int] = []
+    current = 0
+    for message in messages:
+        if starts_turn(message):
+            current += 1
+        numbers.append(current)
+    return numbers
+
+
+# --- token estimates and clamping ---------------------------------------------------------
+
+CHARS_PER_TOKEN = 4
+MESSAGE_OVERHEAD = 4
+"""Tokens counted for each message besides its content (role and framing)."""
+
+
+def estimate_tokens(text: str) -> int:
+    """About one token per four characters; at least 1 for any non-empty text."""
+    return (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True,
+                      default=str)
+
+
+def _result_text(content: Any) -> str:
+    """A tool result's content as text (the API also allows a list of blocks)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(b.get("text", "")) if isinstance(b, dict) and b.get("type") == "text"
+            else _json(b)
+            for b in content
+        )
+    return _json(content)
+
+
+def _block_tokens(block: Any) -> int:
+    if isinstance(block, TextBlock):
+        return estimate_tokens(block.text)
+    if isinstance(block, ToolUseBlock):
+        return estimate_tokens(block.name) + estimate_tokens(_json(block.input))
+    if isinstance(block, ToolResultBlock):
+        return estimate_tokens(block.content)
+    if isinstance(block, dict):
+        kind = block.get("type")
+        if kind == "text":
+            return estimate_tokens(str(block.get("text", "")))
+        if kind == "tool_use":
+            return estimate_tokens(str(block.get("name", ""))) + estimate_tokens(
+                _json(block.get("input", {}))
+            )
+        if kind == "tool_result":
+            return estimate_tokens(_result_text(block.get("content", "")))
+    return estimate_tokens(_json(msgspec.to_builtins(block)))
+
+
+def estimate_message_tokens(message: Turn | dict[str, Any]) -> int:
+    """Estimated tokens of one message (its blocks and a small per-message overhead)."""
+    return MESSAGE_OVERHEAD + sum(_block_tokens(b) for b in _blocks(message))
+
+
+def estimate_history_tokens(messages: Sequence[Turn | dict[str, Any]]) -> int:
+    """Estimated tokens of a list of messages (stored Turns or API dicts)."""
+    return sum(estimate_message_tokens(m) for m in messages)
+
+
+def estimate_request_tokens(
+    system: str,
+    messages: Sequence[Turn | dict[str, Any]],
+    tools: Sequence[dict[str, Any]] = (),
+) -> int:
+    """Estimated input tokens of a request: system prompt, messages and tool definitions."""
+    return (
+        estimate_tokens(system)
+        + estimate_history_tokens(messages)
+        + sum(estimate_tokens(_json(tool)) for tool in tools)
+    )
+
+
+def clamp_max_tokens(requested: int, model: str, input_tokens: int) -> int:
+    """The ``max_tokens`` to send: the least of ``requested``, the model's output limit and
+    what the window leaves after ``input_tokens``; never below 1 (the API's minimum; a
+    request that leaves no room then fails at the API with a clear error instead of
+    being sent with a nonsensical limit)."""
+    info = model_info(model)
+    return max(1, min(requested, info.max_output, info.context_window - input_tokens))
+
+
+# --- stale tool results -------------------------------------------------------------------
+
+KEEP_TURNS = 4
+SUMMARY_MARK = "[tool result summarized:"
+"""How a summarized tool result starts; such a result is never summarized again."""
+ERROR_LINE_CHARS = 100
+
+_PYTHON_LINE = re.compile(
+    r"^\s*(?:def \w|async def \w|class \w|import \w|from [\w.]+ import |@\w|"
+    r"if __name__ == )"
+)
+_PATH_LINE = re.compile(r"^[\w.+@~/-]+/?$")
+_LS_LONG_LINE = re.compile(r"^[dlcbps-][rwxsStT-]{9}[.@+]?\s")
+
+
+def content_kind(text: str) -> str:
+    """What a tool result looks like: empty, JSON, a diff, Python source, a listing or
+    text (cheap heuristics, first match in that order)."""
+    stripped = text.strip()
+    if not stripped:
+        return "empty"
+    if stripped[0] in "{[" and stripped[-1] in "}]":
+        try:
+            json.loads(stripped)
+        except ValueError:
+            pass
+        else:
+            return "JSON"
+    lines = [line for line in stripped.splitlines() if line.strip()]
+    if any(line.startswith("diff --git ") for line in lines) or (
+        any(line.startswith("--- ") for line in lines)
+        and any(line.startswith("+++ ") for line in lines)
+        and any(line.startswith("@@ ") for line in lines)
+    ):
+        return "a diff"
+    python = sum(1 for line in lines if _PYTHON_LINE.match(line))
+    if python >= 2 or (python == 1 and len(lines) <= 3):
+        return "Python source"
+    listed = sum(1 for line in lines if _PATH_LINE.match(line) or _LS_LONG_LINE.match(line))
+    if len(lines) >= 2 and listed * 10 >= len(lines) * 9:
+        return "a listing"
+    return "text"
+
+
+def _line_count(text: str) -> int:
+    return len(text.splitlines())
+
+
+def summarize_result(content: str, is_error: bool = False) -> str:
+    """The one-line summary of a tool result: its size in bytes and lines, what kind of
+    content it is, and for an error its first non-blank line (up to 100 characters)."""
+    size = len(content.encode("utf-8"))
+    lines = _line_count(content)
+    parts = [
+        "error" if is_error else "",
+        f"{size} byte{'' if size == 1 else 's'}",
+        f"{lines} line{'' if lines == 1 else 's'}",
+        content_kind(content),
+    ]
+    summary = f"{SUMMARY_MARK} {', '.join(p for p in parts if p)}"
+    if is_error:
+        first = next((line.strip() for line in content.splitlines() if line.strip()), "")
+        if first:
+            summary += f"; first line: {first[:ERROR_LINE_CHARS]}"
+    return summary + "]"
+
+
+def is_summarized(content: Any) -> bool:
+    """A tool result's content is already a summary."""
+    return isinstance(content, str) and content.startswith(SUMMARY_MARK)
+
+
+def _summarized_block(block: Any) -> Any:
+    """``block`` with its content summarized, or ``block`` itself when it is not a tool
+    result, is a summary already, or would not get shorter."""
+    if isinstance(block, ToolResultBlock):
+        content, is_error = block.content, block.is_error
+    elif isinstance(block, dict) and block.get("type") == "tool_result":
+        content, is_error = block.get("content", ""), bool(block.get("is_error", False))
+    else:
+        return block
+    if is_summarized(content):
+        return block
+    text = _result_text(content)
+    summary = summarize_result(text, is_error)
+    if len(summary) >= len(text):
+        return block
+    if isinstance(block, ToolResultBlock):
+        return ToolResultBlock(block.tool_use_id, summary, block.is_error)
+    return {**block, "content": summary}
+
+
+def summarize_stale_results(messages: list[Msg], keep_turns: int = KEEP_TURNS) -> list[Msg]:
+    """``messages`` with each tool result more than ``keep_turns`` turns old replaced by a
+    one-line summary (see :func:`summarize_result`); for what is sent, never what is stored.
+
+    Age counts the turn a message is in: the current (last) turn is 1 turn old, the one
+    before it 2, and so on (turns are defined above), so the last ``keep_turns`` turns
+    keep their results whole. A result keeps its ``tool_use_id`` and ``is_error``; a
+    summary is not summarized again, and a result the summary would not shorten stays.
+    ``messages`` (Turns or API dicts) is not changed: changed messages are new objects,
+    unchanged ones are shared with the input (treat the result as read-only).
+    """
+    if keep_turns < 0:
+        raise ValueError("keep_turns must be >= 0")
+    numbers = turn_numbers(messages)
+    current = numbers[-1] if numbers else 0
+    out: list[Msg] = []
+    for message, number in zip(messages, numbers, strict=True):
+        # the results of a mixed message answer the turn before the one its text starts
+        results_turn = number - 1 if starts_turn(message) else number
+        age = current - results_turn + 1
+        if age <= keep_turns:
+            out.append(message)
+            continue
+        blocks = _blocks(message)
+        shaped = [_summarized_block(b) for b in blocks]
+        if all(a is b for a, b in zip(blocks, shaped, strict=True)):
+            out.append(message)
+        else:
+            out.append(_with_blocks(message, shaped))
+    return out
+
+
+# --- coalescing ---------------------------------------------------------------------------
+
+
+def _text_only(message: Turn | dict[str, Any]) -> bool:
+    """Every block is plain text (a dict block with other keys, such as cache_control or
+    citations, is not plain)."""
+    if isinstance(message, Turn):
+        return bool(message.content) and all(isinstance(b, TextBlock) for b in message.content)
+    content = message["content"]
+    if isinstance(content, str):
+        return True
+    return bool(content) and all(
+        isinstance(b, dict) and b.get("type") == "text" and set(b) <= {"type", "text"}
+        for b in content
+    )
+
+
+def _texts(message: Turn | dict[str, Any]) -> list[str]:
+    if isinstance(message, Turn):
+        return [b.text for b in message.content if isinstance(b, TextBlock)]
+    return [str(b["text"]) for b in _blocks(message)]
+
+
+def _with_blocks(message: Msg, blocks: list[Any]) -> Msg:
+    """A new message like ``message`` (same kind, same other keys) holding ``blocks``."""
+    if isinstance(message, Turn):
+        return cast(Msg, Turn(message.role, blocks))
+    return cast(Msg, {**message, "content": blocks})
+
+
+def _joined(run: list[Msg]) -> list[Msg]:
+    """A run of same-role text-only messages as one message with one text block."""
+    if len(run) < 2:
+        return run
+    text = "\n\n".join(t for message in run for t in _texts(message) if t.strip())
+    if not text:
+        return run
+    first = run[0]
+    block: Any = TextBlock(text) if isinstance(first, Turn) else {"type": "text", "text": text}
+    return [_with_blocks(first, [block])]
+
+
+def coalesce(messages: list[Msg]) -> list[Msg]:
+    """Adjacent text-only messages of the same role merged, so the roles alternate.
+
+    1. Each run of adjacent text-only messages of one role becomes one message whose one
+       text block joins their non-blank texts (blank lines between). A message with a
+       tool_use or tool_result block is never part of such a run, so text never joins
+       across a tool block.
+    2. Same-role neighbours left after that (a user message of tool results followed by
+       the user's text, or a reminder) have their block lists put one after the other,
+       unchanged and in order, as :func:`to_api_messages` does: the Messages API wants
+       the roles to alternate, and tool_result blocks first in their user message, which
+       holds since results always follow the assistant message that asked for them.
+
+    Works on Turns or API dicts; ``messages`` is not changed.
+    """
+    runs: list[Msg] = []
+    run: list[Msg] = []
+    for message in messages:
+        if run and _text_only(message) and _role(run[-1]) == _role(message):
+            run.append(message)
+            continue
+        runs.extend(_joined(run))
+        run = [message] if _text_only(message) else []
+        if not run:
+            runs.append(message)
+    runs.extend(_joined(run))
+
+    out: list[Msg] = []
+    for message in runs:
+        if out and _role(out[-1]) == _role(message):
+            out[-1] = _with_blocks(out[-1], _blocks(out[-1]) + _blocks(message))
+        else:
+            out.append(message)
+    return out
+
+
+def shape_messages(history: list[Turn], keep_turns: int = KEEP_TURNS) -> list[dict[str, Any]]:
+    """What to send for ``history``: stale tool results summarized, then coalesced, in
+    Messages API form. The history itself is not changed."""
+    shaped = summarize_stale_results(history, keep_turns)
+    return coalesce(
+        [{"role": t.role, "content": [msgspec.to_builtins(b) for b in t.content]}
+         for t in shaped]
+    )
+
+
+# --- compaction ---------------------------------------------------------------------------
+
+RESERVE_TOKENS = 4096
+BUDGET_FLOOR = 8192
+"""The smallest budget: when the system prompt leaves less, compaction still aims at a
+usable size (the request may then not fit; :func:`clamp_max_tokens` and the API say so)."""
+COMPACT_AT_PERCENT = 70
+RECENT_PERCENT = 30
+SUMMARY_PREFIX = "[Previous conversation summary: "
+TRANSCRIPT_RESULT_CHARS = 2000
+"""A tool result longer than this is cut in the transcript given to the compaction calls."""
+
+
+def context_budget(
+    window: int, system_tokens: int, reserve: int = RESERVE_TOKENS, floor: int = BUDGET_FLOOR
+) -> int:
+    """Tokens the history may take: the window less the system prompt and a reserve (for
+    the answer and the estimate's error), at least ``floor``."""
+    return max(floor, window - system_tokens - reserve)
+
+
+def needs_compaction(history_tokens: int, budget: int) -> bool:
+    """The history takes 70% or more of the budget."""
+    if budget <= 0:
+        return history_tokens > 0
+    return history_tokens * 100 >= budget * COMPACT_AT_PERCENT
+
+
+def split_for_compaction(history: list[Msg], budget: int) -> tuple[list[Msg], list[Msg]]:
+    """``(older, recent)``: ``recent`` is the longest tail of ``history`` that starts at a
+    clean turn start (:func:`can_split_before`) and takes at most 30% of ``budget`` (by
+    :func:`estimate_message_tokens`); ``older`` is what comes before it.
+
+    Cutting only there keeps every tool_use with its tool_result. When even the
+    last turn takes more than 30%, ``recent`` is empty and all of it is summarized (a
+    compaction that kept it would not bring the history under the trigger). Compact only
+    when the history ends with a user message: tool calls still waiting for their results
+    would otherwise be summarized away from them.
+    """
+    limit = budget * RECENT_PERCENT // 100
+    cut = len(history)
+    total = 0
+    for index in range(len(history) - 1, -1, -1):
+        total += estimate_message_tokens(history[index])
+        if total > limit:
+            break
+        if can_split_before(history[index]):
+            cut = index
+    return history[:cut], history[cut:]
+
+
+MEMORY_PROMPT = """\
+You read the earlier part of a conversation between a user and a coding agent and pick \
+out the durable facts worth keeping in the agent's long-term memory file (MEMORY.md): \
+things that stay true after this conversation, such as the user's preferences and \
+working conventions, decisions about the project, names, paths, commands that work, \
+constraints and requirements.
+
+Leave out what was merely done step by step, passing state, tool output, guesses, and \
+anything secret (passwords, tokens, keys, personal data the user did not ask to keep). \
+Leave out facts the conversation later contradicted.
+
+Answer with one fact per line, each line starting with "- ", one short sentence each, \
+and nothing else. If there is nothing durable, answer exactly: NONE"""
+
+SUMMARY_PROMPT = """\
+You summarize the earlier part of a conversation between a user and a coding agent, so \
+the agent can carry on without it. The summary replaces those messages.
+
+Keep: what the user asked for and why (their latest request in full), decisions and \
+their reasons, the files, commands and tools involved and what came of them, what is \
+done and what remains, errors not yet resolved, and open questions. If the conversation \
+starts with an earlier summary, fold it in.
+
+Leave out pleasantries and tool output that no longer matters. Write compact notes in \
+the past tense, as short as the content allows, with no preamble."""
+
+
+def render_transcript(messages: Sequence[Turn | dict[str, Any]]) -> str:
+    """``messages`` as plain text for the compaction calls (long tool results cut)."""
+    lines: list[str] = []
+    for message in messages:
+        speaker = "User" if _role(message) == "user" else "Assistant"
+        for block in _blocks(message):
+            data = block if isinstance(block, dict) else msgspec.to_builtins(block)
+            kind = data.get("type")
+            if kind == "text":
+                lines.append(f"{speaker}: {data.get('text', '')}")
+            elif kind == "tool_use":
+                lines.append(f"Assistant called {data.get('name', '')} "
+                             f"({data.get('id', '')}): {_json(data.get('input', {}))}")
+            elif kind == "tool_result":
+                text = _result_text(data.get("content", ""))
+                if len(text) > TRANSCRIPT_RESULT_CHARS:
+                    text = (f"{text[:TRANSCRIPT_RESULT_CHARS]}\n[... "
+                            f"{len(text) - TRANSCRIPT_RESULT_CHARS} more characters cut]")
+                label = "error" if data.get("is_error") else "result"
+                lines.append(f"Tool {label} ({data.get('tool_use_id', '')}): {text}")
+            else:
+                lines.append(f"{speaker}: {_json(data)}")
+    return "\n\n".join(lines)
+
+
+def _compaction_request(prompt: str, older: Sequence[Turn | dict[str, Any]], model: str,
+                        max_tokens: int) -> ModelRequest:
+    text = f"<conversation>\n{render_transcript(older)}\n</conversation>"
+    return ModelRequest(
+        model=model,
+        system=prompt,
+        messages=[{"role": "user", "content": [{"type": "text", "text": text}]}],
+        tools=[],
+        max_tokens=max_tokens,
+    )
+
+
+def memory_request(older: Sequence[Turn | dict[str, Any]], *, model: str,
+                   max_tokens: int = 1024) -> ModelRequest:
+    """The model call that extracts durable facts from ``older`` (answer: parse_facts)."""
+    return _compaction_request(MEMORY_PROMPT, older, model, max_tokens)
+
+
+def summary_request(older: Sequence[Turn | dict[str, Any]], *, model: str,
+                    max_tokens: int = 2048) -> ModelRequest:
+    """The model call that summarizes ``older`` (answer: summary_message)."""
+    return _compaction_request(SUMMARY_PROMPT, older, model, max_tokens)
+
+
+def parse_facts(answer: str) -> list[str]:
+    """The facts in the memory call's answer: one per non-blank line, list marks
+    removed; ``NONE`` (or nothing) gives none."""
+    facts: list[str] = []
+    for line in answer.splitlines():
+        fact = _unmarked(line)
+        if fact and fact.rstrip(".").upper() != "NONE":
+            facts.append(fact)
+    return facts
+
+
+def _unmarked(line: str) -> str:
+    """``line`` stripped, without a leading list mark."""
+    text = line.strip()
+    for mark in ("- ", "* ", "• "):
+        if text.startswith(mark):
+            return text[len(mark):].strip()
+    return text
+
+
+def memory_append(existing: str, facts: Sequence[str], date: dt.date | str) -> str:
+    """``existing`` (MEMORY.md) with ``facts`` added as bullets under ``## <date>``.
+
+    Facts already in the file as a bullet, blank ones and repeats are dropped; when none
+    is left the text comes back unchanged. When the file's last heading is already that
+    date's, the bullets go under it instead of a second one.
+    """
+    heading = f"## {date.isoformat() if isinstance(date, dt.date) else date}"
+    present = {line.strip() for line in existing.splitlines()}
+    bullets: list[str] = []
+    for fact in facts:
+        bullet = "- " + " ".join(_unmarked(fact).split())
+        if bullet != "- " and bullet not in present and bullet not in bullets:
+            bullets.append(bullet)
+    if not bullets:
+        return existing
+    headings = [line.strip() for line in existing.splitlines() if line.startswith("## ")]
+    body = "\n".join(bullets) + "\n"
+    if headings and headings[-1] == heading:
+        return existing + ("" if existing.endswith("\n") else "\n") + body
+    before = existing.rstrip("\n")
+    return (before + "\n\n" if before.strip() else "") + heading + "\n\n" + body
+
+
+def summary_text(summary: str) -> str:
+    """``[Previous conversation summary: ...]``."""
+    return f"{SUMMARY_PREFIX}{summary.strip()}]"
+
+
+def summary_message(summary: str) -> Turn:
+    """The message that stands first in a compacted history in place of the older part
+    (a user message: the Messages API has no system role inside ``messages``)."""
+    return Turn("user", [TextBlock(summary_text(summary))])
+
+
+def compacted_history(summary: str, recent: list[Turn]) -> list[Turn]:
+    """The history after a compaction: the summary, then the recent part."""
+    return [summary_message(summary), *recent]

@@ -1,28 +1,26 @@
-"""Prices a model response from its token usage (US dollars per million tokens)."""
+"""Prices a model response from its token usage (US dollars per million tokens).
+
+The prices come from the per-model table (``actors/data/models.toml``, read by
+:mod:`actors.models`); ``PRICES`` is a view of it by model-name prefix.
+"""
 
 from __future__ import annotations
 
+from actors.models import DEFAULT_MODEL, MODELS, longest_prefix
 from events.messages import Usage
 
 PRICES: dict[str, tuple[float, float]] = {
-    "claude-opus-4": (15.0, 75.0),
-    "claude-sonnet-4": (3.0, 15.0),
-    "claude-3-7-sonnet": (3.0, 15.0),
-    "claude-3-5-sonnet": (3.0, 15.0),
-    "claude-haiku-4": (1.0, 5.0),
-    "claude-3-5-haiku": (0.8, 4.0),
+    prefix: (info.price_in, info.price_out) for prefix, info in MODELS.items()
 }
 """(input, output) price per million tokens, by model-name prefix; longest prefix wins."""
 
-DEFAULT_PRICE = (3.0, 15.0)
+DEFAULT_PRICE = (DEFAULT_MODEL.price_in, DEFAULT_MODEL.price_out)
+"""The price of a model no prefix matches (the table's ``[default]``)."""
 
 
 def price_of(model: str) -> tuple[float, float]:
     """The (input, output) price per million tokens for ``model``."""
-    best = ""
-    for prefix in PRICES:
-        if model.startswith(prefix) and len(prefix) > len(best):
-            best = prefix
+    best = longest_prefix(model, PRICES)
     return PRICES[best] if best else DEFAULT_PRICE
 
 
