@@ -52,13 +52,17 @@ def build_request(
     max_tokens: int,
     system: str = DEFAULT_SYSTEM_PROMPT,
 ) -> ModelRequest:
-    """The request for the next model call of a session with ``history``."""
+    """The request for the next model call of a session with ``history``: stale tool
+    results summarized and neighbours coalesced (:func:`shape_messages`), ``max_tokens``
+    clamped to what the model and its window allow (:func:`clamp_max_tokens`)."""
+    messages = shape_messages(history)
+    used = estimate_request_tokens(system, messages, tools)
     return ModelRequest(
         model=model,
         system=system,
-        messages=to_api_messages(history),
+        messages=messages,
         tools=tools,
-        max_tokens=max_tokens,
+        max_tokens=clamp_max_tokens(max_tokens, model, used),
     )
 
 

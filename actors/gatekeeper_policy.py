@@ -18,10 +18,16 @@ from typing import Any, Literal
 import msgspec
 
 #: The built-in tools the gatekeeper knows; any other tool name is denied.
-BUILTIN_TOOLS: frozenset[str] = frozenset({"read_file", "write_file", "list_dir", "run_shell"})
+BUILTIN_TOOLS: frozenset[str] = frozenset({
+    "read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "run_shell",
+    "git_status", "git_diff", "current_date",
+})
 
 #: Tools whose ``path`` input must stay inside the workspace, with the default path if any.
-PATH_TOOLS: Mapping[str, str | None] = {"read_file": None, "write_file": None, "list_dir": "."}
+PATH_TOOLS: Mapping[str, str | None] = {
+    "read_file": None, "write_file": None, "edit_file": None, "list_dir": ".", "glob": ".",
+    "grep": ".", "git_diff": ".",
+}
 
 #: Shell commands refused unless the settings replace this list (``re.search`` patterns).
 DEFAULT_DENY_COMMANDS: tuple[str, ...] = (

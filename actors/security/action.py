@@ -134,11 +134,30 @@ class ToolSpec(NamedTuple):
 
 
 #: Built-in tools and the usual Claude Code tool names.
+#:
+#: ``edit_file`` writes its path. ``glob`` and ``grep`` read the folder (or file) ``path``
+#: and nothing else: their ``pattern`` and ``glob`` are not paths of the workspace (the
+#: tool refuses patterns that climb out, and a pattern matched against the disk here would
+#: count every symlink that leads out of the workspace as a read outside it).
+#: ``git_status`` and ``git_diff`` are ``read`` of the workspace (``git_diff``: of its
+#: ``path``), not ``execute``: the command line is fixed by the tool, not written by the
+#: model, and the executor switches off what a repository's configuration could make git
+#: run (fsmonitor, hooks, filters, external diff, textconv) and the index refresh, so their
+#: only effect is reading the repository. As ``execute`` they would be caught by every
+#: policy rule about commands and refused in plan mode, where inspecting the work is the
+#: point. ``git_status`` has no ``path`` field: the workspace is its default, and a
+#: ``path`` slipped into its payload is still checked. ``current_date`` touches nothing.
 TOOL_SPECS: Mapping[str, ToolSpec] = {
     "read_file": ToolSpec(("read",), (("path", "read", None),)),
     "write_file": ToolSpec(("write",), (("path", "write", None),)),
+    "edit_file": ToolSpec(("write",), (("path", "write", None),)),
     "list_dir": ToolSpec(("read",), (("path", "read", "."),)),
+    "glob": ToolSpec(("read",), (("path", "read", "."),)),
+    "grep": ToolSpec(("read",), (("path", "read", "."),)),
     "run_shell": ToolSpec(("execute",), (), "command"),
+    "git_status": ToolSpec(("read",), (("path", "read", "."),)),
+    "git_diff": ToolSpec(("read",), (("path", "read", "."),)),
+    "current_date": ToolSpec(()),
     "Read": ToolSpec(("read",), (("file_path", "read", None),)),
     "Write": ToolSpec(("write",), (("file_path", "write", None),)),
     "Edit": ToolSpec(("write",), (("file_path", "write", None),)),

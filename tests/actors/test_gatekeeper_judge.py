@@ -6,7 +6,7 @@ import datetime as dt
 from pathlib import Path
 
 from actors.gatekeeper import judge
-from actors.gatekeeper_policy import Policy, action_hash
+from actors.gatekeeper_policy import BUILTIN_TOOLS, Policy, action_hash
 from actors.security import PipelineConfig
 from events.messages import ToolProposal
 
@@ -73,3 +73,10 @@ def test_configured_protected_files_are_honoured(tmp_path: Path) -> None:
     soul = judge(proposal("write_file", {"path": "SOUL.md", "content": "x"}, tmp_path),
                  lists, cfg, NOW)
     assert soul.decision == "allow"
+
+
+def test_every_builtin_tool_is_known_to_the_gatekeeper(tmp_path: Path) -> None:
+    from adapters.tools import TOOL_GROUPS
+
+    builtin = {name for names in TOOL_GROUPS.values() for name in names}
+    assert builtin <= BUILTIN_TOOLS  # a new tool must not be denied as unknown
