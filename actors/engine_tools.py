@@ -14,7 +14,9 @@ import msgspec
 
 ASK_USER_QUESTION = "AskUserQuestion"
 EXIT_PLAN_MODE = "ExitPlanMode"
-ENGINE_TOOLS = frozenset({ASK_USER_QUESTION, EXIT_PLAN_MODE})
+LOAD_TOOLS = "load_tools"
+LOAD_SKILLS = "load_skills"
+ENGINE_TOOLS = frozenset({ASK_USER_QUESTION, EXIT_PLAN_MODE, LOAD_TOOLS, LOAD_SKILLS})
 
 _ASK_DEFINITION: dict[str, Any] = {
     "name": ASK_USER_QUESTION,
@@ -73,6 +75,37 @@ def definitions(mode: str) -> list[dict[str, Any]]:
     if mode == "plan":
         tools.append(_EXIT_PLAN_DEFINITION)
     return [dict(tool) for tool in tools]
+
+
+def load_tools_definition(groups: dict[str, str], loaded: list[str]) -> dict[str, Any]:
+    """The ``load_tools`` meta-tool: the groups not loaded yet, what each holds."""
+    offered = {name: what for name, what in groups.items() if name not in loaded}
+    listing = "; ".join(f"{name}: {what}" for name, what in offered.items())
+    return {
+        "name": LOAD_TOOLS,
+        "description": (
+            "Load groups of tools; their definitions are available from your next step on, "
+            f"for the rest of the session. Groups: {listing or 'all are loaded'}."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {"groups": {"type": "array",
+                                      "items": {"type": "string", "enum": sorted(groups)}}},
+            "required": ["groups"],
+        },
+    }
+
+
+def parse_load_tools(tool_input: dict[str, Any], known: dict[str, str]) -> list[str] | str:
+    """The groups asked for, or why the input is not valid (the tool's error result)."""
+    groups = tool_input.get("groups")
+    if not isinstance(groups, list) or not groups or not all(
+            isinstance(g, str) for g in groups):
+        return "load_tools needs {groups: [string]} naming at least one group"
+    unknown = [g for g in groups if g not in known]
+    if unknown:
+        return f"no tool group {', '.join(unknown)}; the groups are {', '.join(known)}"
+    return list(dict.fromkeys(groups))
 
 
 def parse_question(tool_input: dict[str, Any]) -> Question | str:

@@ -11,7 +11,7 @@ import datetime as dt
 import itertools
 import threading
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
@@ -96,8 +96,18 @@ class ToolOutput(msgspec.Struct):
 class ToolExecutor(Protocol):
     """Runs built-in tools inside a workspace. Blocking: call it from a helper thread."""
 
-    def definitions(self) -> list[dict[str, Any]]:
-        """Tool schemas in the Messages API ``tools`` format."""
+    def definitions(self, groups: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """Tool schemas in the Messages API ``tools`` format: those of ``groups`` (all
+        when None)."""
+        ...
+
+    def groups(self) -> dict[str, str]:
+        """Tool groups that can be loaded one by one: name -> what they do and which
+        tools they hold. Empty: every tool is offered from the start."""
+        ...
+
+    def group_of(self, tool: str) -> str | None:
+        """The group holding ``tool`` (None: not a grouped tool)."""
         ...
 
     def execute(self, name: str, tool_input: dict[str, Any], workspace: str) -> ToolOutput:

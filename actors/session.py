@@ -35,7 +35,13 @@ from actors.commands import (
     status_text,
 )
 from actors.context import DEFAULT_SYSTEM_PROMPT, build_request
-from actors.engine_tools import ASK_USER_QUESTION, ENGINE_TOOLS, EXIT_PLAN_MODE
+from actors.engine_tools import (
+    ASK_USER_QUESTION,
+    ENGINE_TOOLS,
+    EXIT_PLAN_MODE,
+    LOAD_SKILLS,
+    LOAD_TOOLS,
+)
 from actors.gatekeeper_policy import action_hash
 from actors.lifecycle import FINISHED, refusal
 from actors.modes import plan_file_for
@@ -58,6 +64,14 @@ from actors.ports import (
     ToolUseStart,
 )
 from actors.pricing import cost_usd
+from actors.prompt import (
+    WorkspaceTexts,
+    assemble_system_prompt,
+    load_skills,
+    load_skills_definition,
+    parse_load_skills,
+    read_workspace,
+)
 from actors.redact import Redactor, StreamRedactor
 from actors.runtime import ActorSystem, AskResult, Envelope, TetherActor
 from events.application import TetherApplication
@@ -125,6 +139,8 @@ class SessionConfig(msgspec.Struct, kw_only=True):
     """Seconds a multi-turn session may wait for input before it is killed (0: never)."""
     safety_net: float = 15.0
     """Seconds without any activity mid-turn before the session says it waits (0: never)."""
+    lazy_tools: bool = True
+    """A session starts with only the load_tools meta-tool; groups load on demand."""
 
 
 class ForkOf(msgspec.Struct, kw_only=True):
@@ -241,6 +257,7 @@ class SessionActor(TetherActor):
         """The call (or plan review) the session waits on in a WAITING phase."""
         self.review_is_call = False
         self.plan = _PlanTracker()
+        self.workspace_texts = WorkspaceTexts()
         self.stream_subject = self.subjects.stream(session_id)
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -476,6 +493,7 @@ class SessionActor(TetherActor):
 
     def _begin_turn(self) -> None:
         self.plan = _PlanTracker()
+        self._assemble_prompt()
         self.rounds = 0
         self.turn_usage = Usage()
         self.unchecked_retries = 0
@@ -495,13 +513,43 @@ class SessionActor(TetherActor):
         request = build_request(
             self.session.history,
             model=self.config.model,
-            tools=self.tools.definitions() + engine_tools.definitions(mode),
+            tools=self._tool_definitions(),
             max_tokens=self.config.max_tokens,
-            system=engine_tools.system_prompt(self.config.system_prompt, mode,
-                                              self._plan_file()),
+            system=engine_tools.system_prompt(
+                self.session.system_prompt or self.config.system_prompt, mode,
+                self._plan_file()),
         )
         generation, ref, provider = self.generation, self.actor_ref, self.provider
         self.task = self.bus.spawn(lambda: pump_model(provider, request, generation, ref))
+
+    def _assemble_prompt(self) -> None:
+        """Build the system prompt from the workspace for this turn (redacted); record it
+        when it changed."""
+        self.workspace_texts = read_workspace(self.session.workspace)
+        for warning in self.workspace_texts.warnings:
+            log.warning("session %s: %s", self.session_id, warning)
+        text = self.redactor.text(assemble_system_prompt(self.config.system_prompt,
+                                                         self.workspace_texts))
+        if text != self.session.system_prompt:
+            self.session.set_system_prompt(text=text)
+            self.app.save(self.session)
+
+    def _lazy(self) -> dict[str, str]:
+        """The executor's tool groups when tools load lazily, else nothing."""
+        return self.tools.groups() if self.config.lazy_tools else {}
+
+    def _tool_definitions(self) -> list[dict[str, Any]]:
+        """What the model may call now: the loaded groups (all, without lazy loading),
+        the engine's own tools, and the meta-tools for what is not loaded yet."""
+        groups = self._lazy()
+        loaded = self.session.loaded_groups
+        tools = self.tools.definitions(loaded if groups else None)
+        tools += engine_tools.definitions(self.session.mode)
+        if groups and any(g not in loaded for g in groups):
+            tools.append(engine_tools.load_tools_definition(groups, loaded))
+        if self.workspace_texts.skills:
+            tools.append(load_skills_definition())
+        return tools
 
     def _publish(self, kind: Any, text: str = "", block: int = 0) -> None:
         self.seq += 1
@@ -677,6 +725,10 @@ class SessionActor(TetherActor):
         if call.name in ENGINE_TOOLS and digest:
             self._engine_tool(call)
             return
+        group = self.tools.group_of(call.name) if self._lazy() else None
+        if group is not None and group not in self.session.loaded_groups:
+            # Used by name before it was loaded: that asks for its group as well.
+            self.session.load_tools(groups=[group], reason=f"{call.name} was used")
         if not digest:
             self.session.decide_tool_call(
                 call_id=call.id, decision="deny", reason="the input is not valid JSON",
@@ -741,8 +793,26 @@ class SessionActor(TetherActor):
         ))
 
     def _engine_tool(self, call: ToolUseBlock) -> None:
-        """AskUserQuestion and ExitPlanMode: answered by the chat, not by a tool."""
-        if call.name == ASK_USER_QUESTION:
+        """The engine's own tools: the meta-tools answered at once, AskUserQuestion and
+        ExitPlanMode by the chat."""
+        if call.name == LOAD_TOOLS:
+            groups = engine_tools.parse_load_tools(call.input, self.tools.groups())
+            if isinstance(groups, str):
+                self._refuse_engine_call(call, groups)
+                return
+            self._allow_engine_call(call, "the engine loads tool groups")
+            self.session.load_tools(groups=groups, reason="load_tools")
+            tools = ", ".join(d["name"] for d in self.tools.definitions(groups))
+            self._finish_engine_call(call, f"loaded {', '.join(groups)}: {tools}", False)
+        elif call.name == LOAD_SKILLS:
+            skills = parse_load_skills(call.input)
+            if isinstance(skills, str):
+                self._refuse_engine_call(call, skills)
+                return
+            self._allow_engine_call(call, "the engine reads skills")
+            body = load_skills(self.workspace_texts, skills, self.session.workspace)
+            self._finish_engine_call(call, body, False)
+        elif call.name == ASK_USER_QUESTION:
             question = engine_tools.parse_question(call.input)
             if isinstance(question, str):
                 self._refuse_engine_call(call, question)

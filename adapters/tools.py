@@ -513,6 +513,15 @@ class BuiltinTools:
             "current_date": (CurrentDateInput, self._current_date),
         }
 
+    def groups(self) -> dict[str, str]:
+        """Each group of :data:`TOOL_GROUPS`: what it does and its tools."""
+        return {name: f"{TOOL_GROUP_DESCRIPTIONS.get(name, name)} ({', '.join(tools)})"
+                for name, tools in TOOL_GROUPS.items()}
+
+    def group_of(self, tool: str) -> str | None:
+        """The group of :data:`TOOL_GROUPS` holding ``tool``."""
+        return next((name for name, tools in TOOL_GROUPS.items() if tool in tools), None)
+
     def definitions(self, groups: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """The tool schemas in the Messages API ``tools`` format (a fresh copy each call).
 

@@ -72,6 +72,10 @@ class Session(Aggregate):
         """The session said it waits for input (and has had none since)."""
         self.budget_exhausted = False
         self.forked_from = ""
+        self.system_prompt = ""
+        """The system prompt of the latest model call (as assembled and recorded)."""
+        self.loaded_groups: list[str] = []
+        """Tool groups loaded so far (lazy tools)."""
         self.name = name
         self.workspace = workspace
         self.model = model
@@ -140,6 +144,20 @@ class Session(Aggregate):
     def change_workspace(self, path: str) -> None:
         """/dir: tools run in ``path`` from now on."""
         self.workspace = path
+
+    @event("SystemPromptSet")
+    def set_system_prompt(self, text: str) -> None:
+        """Model calls from now on use ``text`` (assembled from the workspace; recorded
+        when it changes, so a replay knows every context without the files)."""
+        self.system_prompt = text
+
+    @event("ToolsLoaded")
+    def load_tools(self, groups: list[str], reason: str) -> None:
+        """These tool groups' definitions are sent from now on (asked for with
+        ``load_tools``, or a tool of the group was used by name)."""
+        for group in groups:
+            if group not in self.loaded_groups:
+                self.loaded_groups.append(group)
 
     @event("ModeChanged")
     def change_mode(self, mode: str, auto_approve: list[str], reason: str) -> None:

@@ -156,5 +156,17 @@ def test_the_implementation_prompt_contains_the_plan() -> None:
     assert "approved" in prompt.lower()
 
 
-def test_the_engine_tools_are_the_two_claude_code_names() -> None:
-    assert {"AskUserQuestion", "ExitPlanMode"} == engine_tools.ENGINE_TOOLS
+def test_the_engine_tools_are_claude_codes_two_and_the_meta_tools() -> None:
+    assert {"AskUserQuestion", "ExitPlanMode", "load_tools", "load_skills"} == (
+        engine_tools.ENGINE_TOOLS)
+
+
+def test_load_tools_offers_what_is_not_loaded_and_checks_the_groups() -> None:
+    groups = {"files": "read and write (read_file, write_file)", "git": "git (git_status)"}
+    offered = engine_tools.load_tools_definition(groups, loaded=["files"])
+    assert "git: git (git_status)" in offered["description"]
+    assert "files:" not in offered["description"]
+    assert offered["input_schema"]["properties"]["groups"]["items"]["enum"] == ["files", "git"]
+    assert engine_tools.parse_load_tools({"groups": ["git", "git"]}, groups) == ["git"]
+    assert "no tool group web" in str(engine_tools.parse_load_tools({"groups": ["web"]}, groups))
+    assert "at least one" in str(engine_tools.parse_load_tools({"groups": []}, groups))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -42,12 +42,18 @@ class FlakyTools:
         self._failed = False
         self._lock = threading.Lock()
 
-    def definitions(self) -> list[dict[str, Any]]:
+    def definitions(self, groups: Iterable[str] | None = None) -> list[dict[str, Any]]:
         with self._lock:
             if not self._failed:
                 self._failed = True
                 raise RuntimeError("tool registry unavailable")
-        return self._inner.definitions()
+        return self._inner.definitions(groups)
+
+    def groups(self) -> dict[str, str]:
+        return self._inner.groups()
+
+    def group_of(self, tool: str) -> str | None:
+        return self._inner.group_of(tool)
 
     def execute(self, name: str, tool_input: dict[str, Any], workspace: str) -> ToolOutput:
         return self._inner.execute(name, tool_input, workspace)

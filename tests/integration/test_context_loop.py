@@ -1,0 +1,81 @@
+"""The loop's context: the system prompt from the workspace, lazy tools, skills."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import Engine
+from tests.helpers import say
+
+
+def names(request: dict[str, Any]) -> set[str]:
+    return {tool["name"] for tool in request["tools"]}
+
+
+def test_tools_load_on_demand_and_the_prompt_comes_from_the_workspace(
+    engine: Callable[..., Engine], workspace: Path, watch_channel: Callable[..., Any],
+) -> None:
+    (workspace / "IDENTITY.md").write_text("You are Wren, a careful engineer.\n")
+    skill = workspace / ".tether" / "skills" / "deploy"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text(
+        "---\nname: deploy\ndescription: how this project ships\n---\nRun make release.\n")
+    script = """
+responses:
+  - match: "ship it"
+    blocks:
+      - tool_use: {name: load_skills, input: {names: [deploy]}}
+  - match: "make release"
+    blocks:
+      - tool_use: {name: load_tools, input: {groups: [files]}}
+  - match: "loaded files"
+    blocks:
+      - tool_use: {name: list_dir, input: {path: "."}}
+  - match: "IDENTITY.md"
+    blocks: [{text: "Ready to ship."}]
+  - match: "again"
+    blocks: [{text: "Still here."}]
+"""
+    host, _, llm = engine(script)
+    channel = watch_channel(host, "test")
+    sid = say(host, "ship it")
+    channel.wait_for("completed")
+
+    first = llm.requests[0]
+    assert "# Your Identity" in first["system"] and "You are Wren" in first["system"]
+    assert "- deploy: how this project ships" in first["system"]
+    assert names(first) == {"AskUserQuestion", "load_tools", "load_skills"}
+    assert "Run make release." in str(llm.requests[1]["messages"])  # the skill's body
+    assert {"read_file", "write_file", "edit_file", "list_dir"} <= names(llm.requests[3])
+    assert "run_shell" not in names(llm.requests[3])  # only what was asked for
+
+    say(host, "again", sid)
+    channel.wait_for("completed")
+    assert "list_dir" in names(llm.requests[-1])  # loaded for the rest of the session
+    events = [type(e).__name__ for e in host.app.session_events(sid)]
+    assert events.count("SystemPromptSet") == 1  # recorded once: it did not change
+    loaded = [(e.groups, e.reason) for e in host.app.session_events(sid)
+              if type(e).__name__ == "ToolsLoaded"]
+    assert loaded == [(["files"], "load_tools")]
+
+
+def test_a_tool_used_by_name_loads_its_group(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    host, _, llm = engine("""
+responses:
+  - match: "status"
+    blocks:
+      - tool_use: {name: git_status, input: {}}
+  - match: "not a git repository"
+    blocks: [{text: "No repository here."}]
+""")
+    channel = watch_channel(host, "test")
+    sid = say(host, "what is the status")
+    channel.wait_for("completed")
+    loaded = [(e.groups, e.reason) for e in host.app.session_events(sid)
+              if type(e).__name__ == "ToolsLoaded"]
+    assert loaded == [(["git"], "git_status was used")]
+    assert "git_diff" in names(llm.requests[-1])
