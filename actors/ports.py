@@ -74,7 +74,12 @@ ModelEvent = TextDelta | ThinkingDelta | ToolUseStart | ToolInputDelta | Message
 
 
 class ProviderError(Exception):
-    """The model call failed; the message is shown to the user."""
+    """The model call failed; the message is shown to the user. ``transient``: worth
+    trying again (rate limited, overloaded, a server error, the network)."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class Provider(Protocol):

@@ -14,6 +14,7 @@ is reached. A message arriving mid-turn waits its turn; nothing is dropped.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import os
 import threading
@@ -139,6 +140,9 @@ class SessionConfig(msgspec.Struct, kw_only=True):
     """Seconds a multi-turn session may wait for input before it is killed (0: never)."""
     safety_net: float = 15.0
     """Seconds without any activity mid-turn before the session says it waits (0: never)."""
+    provider_retries: int = 3
+    """Times a transient provider error (rate limit, overload, server error) is retried
+    in one turn, after 1, 2, 4... seconds; each retry is recorded."""
     lazy_tools: bool = True
     """A session starts with only the load_tools meta-tool; groups load on demand."""
 
@@ -179,6 +183,7 @@ class ModelDelta(msgspec.Struct):
 class ModelFailed(msgspec.Struct):
     generation: int
     error: str
+    transient: bool = False
 
 
 class ToolFinished(msgspec.Struct):
@@ -201,7 +206,7 @@ async def pump_model(
         if not done:
             ref.tell(ModelFailed(generation, "model stream ended before the message was complete"))
     except ProviderError as exc:
-        ref.tell(ModelFailed(generation, str(exc)))
+        ref.tell(ModelFailed(generation, str(exc), exc.transient))
     except pykka.ActorDeadError:
         pass
     except Exception as exc:  # a provider bug must fail the turn, not vanish
@@ -257,6 +262,8 @@ class SessionActor(TetherActor):
         """The call (or plan review) the session waits on in a WAITING phase."""
         self.review_is_call = False
         self.plan = _PlanTracker()
+        self.retries = 0
+        self.retry_at: dt.datetime | None = None
         self.workspace_texts = WorkspaceTexts()
         self.stream_subject = self.subjects.stream(session_id)
 
@@ -318,7 +325,7 @@ class SessionActor(TetherActor):
             self._on_model_delta(message)
         elif isinstance(message, ModelFailed):
             if message.generation == self.generation and self.phase == "streaming":
-                self._record_failure(message.error)
+                self._on_model_failed(message)
         elif isinstance(message, Interrupt):
             if message.generation == self.generation and self.phase in ("streaming", "barrier"):
                 self._keep_reminders(message.later)
@@ -492,6 +499,8 @@ class SessionActor(TetherActor):
         return True
 
     def _begin_turn(self) -> None:
+        self.retries = 0
+        self.retry_at = None
         self.plan = _PlanTracker()
         self._assemble_prompt()
         self.rounds = 0
@@ -1076,10 +1085,30 @@ class SessionActor(TetherActor):
     def _active(self) -> None:
         self.last_activity = self.clock.now()
 
+    def _on_model_failed(self, failed: ModelFailed) -> None:
+        """A transient error is retried after a backoff (recorded); any other, or one
+        retried too often, ends the turn with the error."""
+        if not failed.transient or self.retries >= self.config.provider_retries:
+            tried = f" (after {self.retries} retries)" if self.retries else ""
+            self._record_failure(f"{failed.error}{tried}")
+            return
+        self.retries += 1
+        delay = float(2 ** (self.retries - 1))
+        self._cancel_stream()
+        self.session.record_provider_retry(attempt=self.retries, error=failed.error,
+                                           delay=delay)
+        self.app.save(self.session)
+        self.phase = "retrying"
+        self.retry_at = self.clock.now() + dt.timedelta(seconds=delay)
+
     def _on_tick(self) -> None:
         """The idle timeout kills a multi-turn session nobody talks to; the safety net
         says a turn waits when nothing has happened for a while (once a turn)."""
         now = self.clock.now()
+        if self.phase == "retrying" and self.retry_at is not None and now >= self.retry_at:
+            self.retry_at = None
+            self._call_model()
+            return
         idle_for = (now - self.last_input).total_seconds()
         quiet_for = (now - self.last_activity).total_seconds()
         if self.phase == "idle":

@@ -58,7 +58,8 @@ class AnthropicProvider:
     Anthropic-compatible server); both None lets the SDK read ``ANTHROPIC_API_KEY`` and
     ``ANTHROPIC_BASE_URL``. ``max_retries`` is passed to the SDK (it retries connection
     errors, 408/409/429 and 5xx with backoff before the first event arrives; it obeys an
-    ``x-should-retry`` response header).
+    ``x-should-retry`` response header). The default is 0: the session retries transient
+    errors itself (``ProviderError.transient``) and records each retry.
 
     The SDK client keeps a connection pool tied to its event loop: call :meth:`aclose` on
     that loop before it ends (a provider moved to a new loop makes a new client and drops
@@ -71,7 +72,7 @@ class AnthropicProvider:
         base_url: str | None,
         timeout: float = 600.0,
         *,
-        max_retries: int = 2,
+        max_retries: int = 0,
     ) -> None:
         if api_key is None and base_url is not None:
             api_key = LOCAL_API_KEY
@@ -184,12 +185,16 @@ class AnthropicProvider:
         except ProviderError:
             raise
         except anthropic.APIStatusError as exc:
-            raise ProviderError(_status_message(exc)) from exc
+            status = int(getattr(exc, "status_code", 0) or 0)
+            raise ProviderError(_status_message(exc),
+                                transient=status in (408, 429, 529) or status >= 500) from exc
         except anthropic.APITimeoutError as exc:
-            raise ProviderError(f"model API timed out ({self._where()})") from exc
+            raise ProviderError(f"model API timed out ({self._where()})", transient=True
+                                ) from exc
         except anthropic.APIConnectionError as exc:
             cause = exc.__cause__ or exc
-            raise ProviderError(f"cannot reach the model API ({self._where()}): {cause}") from exc
+            raise ProviderError(f"cannot reach the model API ({self._where()}): {cause}",
+                                transient=True) from exc
         except Exception as exc:
             raise ProviderError(
                 f"model stream failed ({self._where()}): {type(exc).__name__}: {exc}"

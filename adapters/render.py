@@ -77,6 +77,15 @@ def event_summary(name: str, data: dict[str, Any]) -> str:
     if name == "PlanReviewed":
         feedback = f": {_clip(str(data.get('feedback')), 50)}" if data.get("feedback") else ""
         return f"{data.get('choice')} by {data.get('by')}{feedback}"
+    if name == "SystemPromptSet":
+        return f"{len(str(data.get('text', '')))} characters: {_clip(str(data.get('text')), 50)}"
+    if name == "ToolsLoaded":
+        return f"{', '.join(data.get('groups', []))} ({data.get('reason')})"
+    if name == "ProviderRetried":
+        return (f"attempt {data.get('attempt')} in {data.get('delay')} s: "
+                f"{_clip(str(data.get('error')), 60)}")
+    if name == "WaitingForInput":
+        return str(data.get("reason"))
     if name == "WorkspaceChanged":
         return f"-> {data.get('path')}"
     if name in ("TurnFailed", "ActorFailed"):

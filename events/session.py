@@ -145,6 +145,11 @@ class Session(Aggregate):
         """/dir: tools run in ``path`` from now on."""
         self.workspace = path
 
+    @event("ProviderRetried")
+    def record_provider_retry(self, attempt: int, error: str, delay: float) -> None:
+        """The model call failed with a transient ``error``; it is tried again after
+        ``delay`` seconds (``attempt`` of this turn)."""
+
     @event("SystemPromptSet")
     def set_system_prompt(self, text: str) -> None:
         """Model calls from now on use ``text`` (assembled from the workspace; recorded

@@ -470,7 +470,8 @@ def _inline_writes(commands: list[ShellCommand]) -> list[Finding]:
 
 def _content(action: EnrichedAction) -> list[Finding]:
     payload = action.request.payload if isinstance(action.request.payload, dict) else {}
-    texts: Iterable[object] = (payload.get(k) for k in ("content", "new_string", "new_source"))
+    fields = ("content", "new_string", "new_text", "new_source")
+    texts: Iterable[object] = (payload.get(k) for k in fields)
     out: list[Finding] = []
     for text in texts:
         if not isinstance(text, str):

@@ -43,6 +43,7 @@ def full_session(sid: str = "abc123") -> Session:
     s.fork_from(source_id="zz9", at_version=3, history=[], fired_rules=[])
     s.set_system_prompt(text="You are a coding agent.")
     s.load_tools(groups=["files"], reason="load_tools")
+    s.record_provider_retry(attempt=1, error="model API error 529", delay=1.0)
     s.change_status(status="running", reason="user message")
     s.receive_user_message(text="fix the login bug", channel="web", user="ana")
     s.append_assistant_message(
@@ -89,6 +90,7 @@ SESSION_EVENT_NAMES = {
     "TtsrReminderAdded", "FilesSnapshotted", "FilesRestored", "CommandRun", "ContextCleared",
     "WorkspaceChanged", "ModeChanged", "PlanProposed", "PlanReviewed", "WaitingForInput",
     "BudgetExhausted", "Forked", "SystemPromptSet", "ToolsLoaded",
+    "ProviderRetried",
 }
 
 
@@ -111,7 +113,7 @@ def test_session_reloaded_from_store_equals_original(app: TetherApplication) -> 
 
     assert loaded is not None
     assert loaded == original
-    assert loaded.version == 32
+    assert loaded.version == 33
     assert loaded.status == "completed"
     assert (loaded.turns, loaded.input_tokens, loaded.output_tokens) == (2, 320, 45)
     assert loaded.cost_usd == pytest.approx(0.0123)
@@ -144,7 +146,7 @@ def test_events_come_back_typed(app: TetherApplication) -> None:
 
     events = app.session_events("abc123")
 
-    assert [e.originator_version for e in events] == list(range(1, 33))
+    assert [e.originator_version for e in events] == list(range(1, 34))
     for e in events:
         assert isinstance(e.originator_id, uuid.UUID)
         assert e.originator_id == session_uuid("abc123")
@@ -163,7 +165,7 @@ def test_stored_state_is_json(app: TetherApplication) -> None:
 
     stored = app.recorder.select_events(session_uuid("abc123"))
 
-    assert len(stored) == 32
+    assert len(stored) == 33
     states = [(s.topic.rsplit(".", 1)[-1], json.loads(s.state)) for s in stored]
     by_topic: dict[str, Any] = {}
     for name, state in states:
@@ -186,8 +188,8 @@ def test_session_at_version_is_a_replay(app: TetherApplication) -> None:
     app.save(original)
 
     first = app.session("abc123", version=1)
-    third = app.session("abc123", version=13)
-    fourth = app.session("abc123", version=14)
+    third = app.session("abc123", version=14)
+    fourth = app.session("abc123", version=15)
 
     assert first is not None and third is not None and fourth is not None
     assert (first.version, first.status, first.history) == (1, "starting", [])
@@ -287,6 +289,6 @@ def test_state_round_trip_through_msgspec_is_stable(app: TetherApplication) -> N
 
     again = app.session("s2")
     assert again is not None
-    assert again.version == 33
+    assert again.version == 34
     assert again.history[-1] == Turn("user", [TextBlock("again")])
     assert msgspec.json.encode(again.history) == msgspec.json.encode(loaded.history)

@@ -79,3 +79,43 @@ responses:
               if type(e).__name__ == "ToolsLoaded"]
     assert loaded == [(["git"], "git_status was used")]
     assert "git_diff" in names(llm.requests[-1])
+
+
+def test_transient_provider_errors_are_retried_and_recorded_others_end_the_turn(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    from actors.runtime import Tick
+
+    host, clock, llm = engine("""
+responses:
+  - match: "busy"
+    error: {status: 529, type: overloaded_error, message: "Overloaded"}
+  - match: "busy"
+    error: {status: 429, type: rate_limit_error, message: "Slow down"}
+  - match: "busy"
+    blocks: [{text: "Done at last."}]
+  - match: "broken"
+    error: {status: 400, type: invalid_request_error, message: "Bad request"}
+""")
+    channel = watch_channel(host, "test")
+    sid = say(host, "are you busy")
+
+    def retries() -> list[tuple[int, float]]:
+        return [(e.attempt, e.delay) for e in host.app.session_events(sid)
+                if type(e).__name__ == "ProviderRetried"]
+
+    from tests.helpers import wait_until
+
+    wait_until(lambda: retries() == [(1, 1.0)], "the first retry")
+    clock.advance(1)
+    host.manager.ref.ask(Tick(), timeout=10)
+    wait_until(lambda: retries() == [(1, 1.0), (2, 2.0)], "the second retry")
+    clock.advance(2)
+    host.manager.ref.ask(Tick(), timeout=10)
+    channel.wait_for("completed")
+    assert len(llm.requests) == 3
+
+    say(host, "something broken", sid)
+    failed = channel.wait_for("failed").text
+    assert "model API error 400 (invalid_request_error): Bad request" in failed
+    assert len(retries()) == 2  # a bad request is not retried
