@@ -75,6 +75,7 @@ from actors.prompt import (
 )
 from actors.redact import Redactor, StreamRedactor
 from actors.runtime import ActorSystem, AskResult, Envelope, TetherActor
+from actors.titles import clean_title, title_request, wants_title
 from events.application import TetherApplication
 from events.messages import (
     Accepted,
@@ -143,6 +144,8 @@ class SessionConfig(msgspec.Struct, kw_only=True):
     provider_retries: int = 3
     """Times a transient provider error (rate limit, overload, server error) is retried
     in one turn, after 1, 2, 4... seconds; each retry is recorded."""
+    titles: bool = True
+    """Name the session in the background once it has enough messages."""
     lazy_tools: bool = True
     """A session starts with only the load_tools meta-tool; groups load on demand."""
 
@@ -184,6 +187,30 @@ class ModelFailed(msgspec.Struct):
     generation: int
     error: str
     transient: bool = False
+
+
+class TitleDone(msgspec.Struct):
+    """The background title call ended: its answer, or why not."""
+
+    text: str = ""
+    usage: Usage = msgspec.field(default_factory=Usage)
+    error: str = ""
+
+
+async def pump_title(provider: Provider, request: ModelRequest,
+                     ref: pykka.ActorRef[Any]) -> None:
+    """Ask for a title on the bus loop; the answer comes back as TitleDone."""
+    try:
+        done: MessageDone | None = None
+        async for event in provider.stream(request):
+            if isinstance(event, MessageDone):
+                done = event
+        text = "".join(b.text for b in done.content if isinstance(b, TextBlock)) if done else ""
+        result = TitleDone(text, done.usage if done else Usage())
+    except Exception as exc:  # a title is a nicety: say why, never fail the session
+        result = TitleDone(error=f"{type(exc).__name__}: {exc}")
+    with contextlib.suppress(pykka.ActorDeadError):
+        ref.tell(result)
 
 
 class ToolFinished(msgspec.Struct):
@@ -264,6 +291,7 @@ class SessionActor(TetherActor):
         self.plan = _PlanTracker()
         self.retries = 0
         self.retry_at: dt.datetime | None = None
+        self.titling = False
         self.workspace_texts = WorkspaceTexts()
         self.stream_subject = self.subjects.stream(session_id)
 
@@ -339,6 +367,8 @@ class SessionActor(TetherActor):
             self._on_settled(message)
         elif isinstance(message, SessionTick):
             self._on_tick()
+        elif isinstance(message, TitleDone):
+            self._on_title(message)
         elif isinstance(message, KillSession):
             self._kill(message.reason)
             self.reply(envelope, Killed(session_id=self.session_id, found=True))
@@ -1067,11 +1097,34 @@ class SessionActor(TetherActor):
         self.generation = -1  # what is still on its way (deltas, a tool's result) is dropped
         self._record_failure(why)
 
+    def _maybe_title(self) -> None:
+        """Once the session has enough messages and no title, ask for one (background)."""
+        if self.titling or not self.config.titles or not wants_title(
+                len(self.session.history), self.session.title):
+            return
+        self.titling = True
+        request = title_request(self.session.history, model=self.config.model)
+        provider, ref = self.provider, self.actor_ref
+        self.bus.spawn(lambda: pump_title(provider, request, ref))
+
+    def _on_title(self, done: TitleDone) -> None:
+        self.titling = False
+        title = clean_title(done.text)
+        if done.error or not title:
+            log.info("session %s: no title (%s)", self.session_id, done.error or "empty")
+            return
+        self._refresh()
+        if not self.session.title:
+            self.session.set_title(title=title, cost_usd=cost_usd(self.config.model,
+                                                                    done.usage))
+            self.app.save(self.session)
+
     def _turn_ended(self, why: str, single_turn_status: str) -> None:
         """A multi-turn session stays running and waits for input; a single-turn session
         is finished (unsaved)."""
         self.last_input = self.clock.now()
         self.safety_fired = False
+        self._maybe_title()
         if self.session.multi_turn:
             self.session.signal_waiting(reason=why)
         else:

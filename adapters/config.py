@@ -135,6 +135,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Seconds between two edits of a streaming Telegram message."""
     telegram_can_edit: bool = True
     """Stream replies by editing one message; false: send each reply whole at its end."""
+    titles: bool = True
+    """Name each session in the background (a short model call) once it has 6 messages."""
     mode: Mode = "default"
     """The mode new sessions start in: default, plan or auto (``/plan``, ``/edit``,
     ``/default`` switch it)."""
@@ -178,6 +180,7 @@ ENV_VARS: Final[dict[str, str]] = {
     "TETHER_ASK_TIMEOUT": "ask_timeout",
     "TETHER_APPROVAL_TIMEOUT": "approval_timeout",
     "TETHER_MODE": "mode",
+    "TETHER_TITLES": "titles",
     "TETHER_MAX_SESSIONS": "max_sessions",
     "TETHER_HTTP_PORT": "http_port",
     "TETHER_TELEGRAM_TOKEN": "telegram_token",

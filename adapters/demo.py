@@ -49,8 +49,10 @@ def demo_settings(settings: Settings, now: dt.datetime) -> Settings:
         fh.write(README)
     with open(os.path.join(workspace, "calc.py"), "w") as fh:
         fh.write(CALC)
+    # The bundled script answers in order; a background title call would take an answer.
     return msgspec.structs.replace(
-        settings, workspace=workspace, rules_dir=data_path("rules"), model="claude-sonnet-4-6"
+        settings, workspace=workspace, rules_dir=data_path("rules"), model="claude-sonnet-4-6",
+        titles=False,
     )
 
 

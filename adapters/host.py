@@ -327,6 +327,7 @@ class Host:
                 self.settings.tier2.timeout if self.settings.tier2.enabled else 0.0),
             workspace_root=self.settings.workspace,
             mode=self.settings.mode,
+            titles=self.settings.titles,
             idle_timeout=self.settings.idle_timeout,
             safety_net=self.settings.safety_net,
             auto_approve=list(self.settings.auto_approve),

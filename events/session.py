@@ -72,6 +72,7 @@ class Session(Aggregate):
         """The session said it waits for input (and has had none since)."""
         self.budget_exhausted = False
         self.forked_from = ""
+        self.title = ""
         self.system_prompt = ""
         """The system prompt of the latest model call (as assembled and recorded)."""
         self.loaded_groups: list[str] = []
@@ -144,6 +145,13 @@ class Session(Aggregate):
     def change_workspace(self, path: str) -> None:
         """/dir: tools run in ``path`` from now on."""
         self.workspace = path
+
+    @event("TitleSet")
+    def set_title(self, title: str, cost_usd: float) -> None:
+        """The session's title, generated in the background once it had enough messages
+        (what that model call cost counts with the session)."""
+        self.title = title
+        self.cost_usd += cost_usd
 
     @event("ProviderRetried")
     def record_provider_retry(self, attempt: int, error: str, delay: float) -> None:

@@ -67,6 +67,8 @@ def apply_event(row: SessionSummary | None, event: Any) -> SessionSummary | None
         return msgspec.structs.replace(
             row, turns=row.turns + 1, cost_usd=row.cost_usd + event.cost_usd
         )
+    if kind == "TitleSet":
+        return msgspec.structs.replace(row, cost_usd=row.cost_usd + event.cost_usd)
     if kind == "TurnFailed":
         return msgspec.structs.replace(row, turns=row.turns + 1,
                                        cost_usd=row.cost_usd + getattr(event, "cost_usd", 0.0))

@@ -116,6 +116,9 @@ def make_settings(
             "TETHER_STATE_DIR": str(tmp_path / "state"),
             "TETHER_WORKSPACE": str(workspace),
             "TETHER_RULES_DIR": str(tmp_path / "rules"),
+            # Scripted model servers answer in order: a background title call would take
+            # a scripted answer. Tests of titles turn them on.
+            "TETHER_TITLES": "false",
             "HOME": str(tmp_path / "home"),
         }
         settings = load_settings(env=env, cwd=str(tmp_path))

@@ -44,6 +44,7 @@ def full_session(sid: str = "abc123") -> Session:
     s.set_system_prompt(text="You are a coding agent.")
     s.load_tools(groups=["files"], reason="load_tools")
     s.record_provider_retry(attempt=1, error="model API error 529", delay=1.0)
+    s.set_title(title="Fix the login bug", cost_usd=0.0)
     s.change_status(status="running", reason="user message")
     s.receive_user_message(text="fix the login bug", channel="web", user="ana")
     s.append_assistant_message(
@@ -90,7 +91,7 @@ SESSION_EVENT_NAMES = {
     "TtsrReminderAdded", "FilesSnapshotted", "FilesRestored", "CommandRun", "ContextCleared",
     "WorkspaceChanged", "ModeChanged", "PlanProposed", "PlanReviewed", "WaitingForInput",
     "BudgetExhausted", "Forked", "SystemPromptSet", "ToolsLoaded",
-    "ProviderRetried",
+    "ProviderRetried", "TitleSet",
 }
 
 
@@ -113,7 +114,7 @@ def test_session_reloaded_from_store_equals_original(app: TetherApplication) -> 
 
     assert loaded is not None
     assert loaded == original
-    assert loaded.version == 33
+    assert loaded.version == 34
     assert loaded.status == "completed"
     assert (loaded.turns, loaded.input_tokens, loaded.output_tokens) == (2, 320, 45)
     assert loaded.cost_usd == pytest.approx(0.0123)
@@ -146,7 +147,7 @@ def test_events_come_back_typed(app: TetherApplication) -> None:
 
     events = app.session_events("abc123")
 
-    assert [e.originator_version for e in events] == list(range(1, 34))
+    assert [e.originator_version for e in events] == list(range(1, 35))
     for e in events:
         assert isinstance(e.originator_id, uuid.UUID)
         assert e.originator_id == session_uuid("abc123")
@@ -165,7 +166,7 @@ def test_stored_state_is_json(app: TetherApplication) -> None:
 
     stored = app.recorder.select_events(session_uuid("abc123"))
 
-    assert len(stored) == 33
+    assert len(stored) == 34
     states = [(s.topic.rsplit(".", 1)[-1], json.loads(s.state)) for s in stored]
     by_topic: dict[str, Any] = {}
     for name, state in states:
@@ -188,8 +189,8 @@ def test_session_at_version_is_a_replay(app: TetherApplication) -> None:
     app.save(original)
 
     first = app.session("abc123", version=1)
-    third = app.session("abc123", version=14)
-    fourth = app.session("abc123", version=15)
+    third = app.session("abc123", version=15)
+    fourth = app.session("abc123", version=16)
 
     assert first is not None and third is not None and fourth is not None
     assert (first.version, first.status, first.history) == (1, "starting", [])
@@ -289,6 +290,6 @@ def test_state_round_trip_through_msgspec_is_stable(app: TetherApplication) -> N
 
     again = app.session("s2")
     assert again is not None
-    assert again.version == 34
+    assert again.version == 35
     assert again.history[-1] == Turn("user", [TextBlock("again")])
     assert msgspec.json.encode(again.history) == msgspec.json.encode(loaded.history)

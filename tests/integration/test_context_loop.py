@@ -119,3 +119,34 @@ responses:
     failed = channel.wait_for("failed").text
     assert "model API error 400 (invalid_request_error): Bad request" in failed
     assert len(retries()) == 2  # a bad request is not retried
+
+
+def test_a_session_is_named_in_the_background_after_six_messages(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    from tests.helpers import wait_until
+
+    host, _, llm = engine("""
+responses:
+  - match: "first"
+    blocks: [{text: "One."}]
+  - match: "second"
+    blocks: [{text: "Two."}]
+  - match: "third"
+    blocks: [{text: "Three."}]
+  - match: "<conversation>"
+    blocks: [{text: "\\"Counting to three together.\\""}]
+""", titles=True)
+    channel = watch_channel(host, "test")
+    sid = say(host, "the first")
+    channel.wait_for("completed")
+    say(host, "the second", sid)
+    channel.wait_for("completed")
+    assert not any(type(e).__name__ == "TitleSet" for e in host.app.session_events(sid))
+    say(host, "the third", sid)  # six messages now
+    channel.wait_for("completed")
+    wait_until(lambda: any(type(e).__name__ == "TitleSet"
+                           for e in host.app.session_events(sid)), "the title")
+    session = host.app.session(sid)
+    assert session is not None and session.title == "Counting to three together"
+    assert len(llm.requests) == 4 and not llm.requests[-1].get("tools")
