@@ -10,10 +10,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from bench import append, ask, fanout, gate, interrupt, ttsr
+from bench import append, ask, context, fanout, gate, interrupt, ttsr
 from bench.common import nats_server, say
 
-BENCHMARKS = ("ask", "append", "interrupt", "ttsr", "gate", "fanout")
+BENCHMARKS = ("ask", "append", "interrupt", "ttsr", "gate", "fanout", "context")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -75,6 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             say()
             spread = fanout.run(url, quick=args.quick)
             summary.append(f"RATIO fanout router/raw = {spread.ratio:.2f}")
+    if "context" in chosen:
+        say()
+        built = context.run(quick=args.quick)
+        summary.append(f"RATIO context build/reload @{built.largest} = {built.ratio:.2f}")
     say()
     say("== summary")
     for line in summary:

@@ -69,6 +69,12 @@ def test_fanout_quick_prints_its_ratio(nats_url: str) -> None:
     assert "sustained:" in out and "per idle session" in out
 
 
+def test_context_quick_prints_its_ratio() -> None:
+    out = run_bench("bench.context", "--quick")
+    assert re.search(r"RATIO context build/reload @100 = \d+\.\d\d$", out, re.MULTILINE), out
+    assert "reload+build ms" in out and "catch-up ms" in out
+
+
 def test_all_benchmarks_quick(nats_url: str) -> None:
     out = run_bench("bench", "--quick", "--nats", nats_url, "--only", "ask", "--only", "append")
     for name in ("ask", "append"):

@@ -1,0 +1,354 @@
+"""One turn's context: building the model request for sessions of 10 to 10,000 messages.
+
+Each size is one real :class:`events.session.Session` stored through
+:class:`events.application.TetherApplication` on a temporary SQLite file. Its history is
+a realistic mix, four messages per turn: the user's text; the assistant's text with a
+``read_file``/``grep``/``list_dir`` tool_use; the tool result (1.5 to 3 KB of Python
+source, grep output or a listing); the assistant's closing text. Each turn records what
+the session actor records (UserMessageReceived, AssistantMessageAppended,
+ToolCallProposed, ToolCallDecided, ToolCallExecuted, AssistantMessageAppended,
+TurnCompleted, StatusChanged): 8 events per 4 messages.
+
+Per size (10, 100, 1,000 and 10,000 messages; ``--quick``: 10 and 100):
+
+* **build**: :func:`actors.context.build_request` on the in-memory history, as the session
+  actor calls it for each model call (stale tool results summarized, neighbours
+  coalesced, tokens estimated, ``max_tokens`` clamped). The actor keeps its Session
+  aggregate in memory and never re-reads its history from the store per turn.
+* **catch-up**: what the actor reads from the store between turns,
+  :meth:`TetherApplication.catch_up`: with no new event, and with one new turn's events
+  (8 events appended meanwhile by another copy of the aggregate).
+* **reload+build** (the raw baseline): ``app.session(sid)`` (the whole session replayed
+  from the store) then ``build_request``: what a framework that re-reads the history on
+  every turn pays. ``reload`` alone is shown too.
+
+Medians over repeated calls (each after one untimed warm-up call).
+
+``RATIO context build/reload @N`` = build ms / reload+build ms at the largest size: a cost
+ratio like the others, below 1 meaning the in-memory path is cheaper.
+
+Honest limits: compaction is not wired into the turn yet, so ``build_request`` still
+grows linearly with the in-memory history (it walks every message to summarize stale
+tool results and to estimate tokens), and somewhere between 1,000 and 10,000 messages
+of this mix the estimated request exceeds the model's window (``max_tokens`` then
+clamps to 1: a real session would have to compact first). What stays flat is the store
+cost per turn: catch-up reads only the newer events, whatever the stored history's length.
+
+``python -m bench.context [--quick]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from actors.context import DEFAULT_SYSTEM_PROMPT, build_request, estimate_request_tokens
+from bench.common import Printer, ratio, say, table
+from events.application import TetherApplication
+from events.messages import TextBlock, ToolUseBlock, Usage
+from events.session import Session
+
+FULL_SIZES = (10, 100, 1_000, 10_000)
+QUICK_SIZES = (10, 100)
+MODEL = "claude-sonnet-4-6"
+MAX_TOKENS = 4096
+EVENTS_PER_TURN = 8
+MESSAGES_PER_TURN = 4
+SAVE_EVERY = 25
+"""Turns recorded per ``app.save`` while building the stored sessions (not timed)."""
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "name": name,
+        "description": description,
+        "input_schema": {
+            "type": "object",
+            "properties": {key: {"type": "string", "description": f"the {key}"}
+                           for key in keys},
+            "required": list(keys[:1]),
+        },
+    }
+    for name, description, keys in (
+        ("read_file", "Read a file of the workspace.", ("path",)),
+        ("write_file", "Write a file of the workspace.", ("path", "content")),
+        ("list_dir", "List a directory of the workspace.", ("path",)),
+        ("grep", "Search the workspace's files for a pattern.", ("pattern", "path")),
+        ("run_shell", "Run a shell command in the workspace.", ("command",)),
+    )
+]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long to repeat each measurement: at least ``min_reps`` calls and until
+    ``seconds`` have passed, at most ``max_reps`` calls."""
+
+    min_reps: int
+    seconds: float
+    max_reps: int
+
+
+FULL_BUILD = Budget(5, 1.0, 500)
+QUICK_BUILD = Budget(3, 0.1, 100)
+FULL_RELOAD = Budget(3, 2.0, 100)
+QUICK_RELOAD = Budget(3, 0.2, 50)
+FULL_CATCH_UP = Budget(20, 0.5, 2000)
+QUICK_CATCH_UP = Budget(5, 0.05, 200)
+FULL_NEW_TURNS = 7
+QUICK_NEW_TURNS = 3
+
+
+# --- the session --------------------------------------------------------------------------
+
+
+def tool_output(turn: int) -> tuple[str, dict[str, Any], str]:
+    """The tool called in ``turn``, its input and its output (1.5 to 3 KB), by turn."""
+    kind = turn % 3
+    if kind == 0:
+        body = "\n".join(
+            f"def handler_{turn}_{i}(request):\n    return respond(request, code={i})\n"
+            for i in range(40)
+        )
+        return "read_file", {"path": f"src/app/handlers_{turn}.py"}, body
+    if kind == 1:
+        body = "\n".join(
+            f"src/app/module_{i}.py:{10 + i}:    settings = load_settings()  # turn {turn}"
+            for i in range(30)
+        )
+        return "grep", {"pattern": "load_settings", "path": "src"}, body
+    body = "\n".join(f"src/app/package_{turn}/file_{i:03d}.py" for i in range(60))
+    return "list_dir", {"path": f"src/app/package_{turn}"}, body
+
+
+def turn_steps(turn: int) -> list[Callable[[Session], None]]:
+    """The eight events of one turn (four of them add a message), as the actor records."""
+    call_id = f"toolu_{turn:08d}"
+    tool, tool_input, output = tool_output(turn)
+    return [
+        lambda s: s.receive_user_message(
+            text=f"Turn {turn}: please look at the application's startup and tell me why "
+            "the tests fail when the settings are loaded before the environment.",
+            channel="terminal", user="user",
+        ),
+        lambda s: s.append_assistant_message(
+            content=[TextBlock(f"I'll use {tool} to look at this (turn {turn})."),
+                     ToolUseBlock(call_id, tool, tool_input)],
+            stop_reason="tool_use", usage=Usage(1200, 80), generation=2 * turn + 1,
+        ),
+        lambda s: s.propose_tool_call(
+            call_id=call_id, tool=tool, tool_input=tool_input, action_hash=f"{turn:064x}"
+        ),
+        lambda s: s.decide_tool_call(
+            call_id=call_id, decision="allow", reason="read-only tool", tier="policy"
+        ),
+        lambda s: s.record_tool_result(call_id=call_id, tool=tool, output=output,
+                                       is_error=False),
+        lambda s: s.append_assistant_message(
+            content=[TextBlock(
+                "The settings are loaded before the dotenv call, so the variables are "
+                f"missing at import time; move load_settings() below it (turn {turn}). " * 2
+            )],
+            stop_reason="end_turn", usage=Usage(2400, 150), generation=2 * turn + 2,
+        ),
+        lambda s: s.complete_turn(rounds=2, usage=Usage(3600, 230), cost_usd=0.0143,
+                                  stop="end_turn"),
+        lambda s: s.change_status(status="waiting", reason="waiting for input"),
+    ]
+
+
+def record_turn(session: Session, turn: int, limit: int | None = None) -> None:
+    """Record ``turn`` on ``session``, stopping once its history has ``limit`` messages."""
+    for step in turn_steps(turn):
+        if limit is not None and len(session.history) >= limit:
+            return
+        step(session)
+
+
+def build_session(app: TetherApplication, session_id: str, messages: int) -> Session:
+    """Store a session whose history holds exactly ``messages`` messages; return it."""
+    session = Session(session_id=session_id, name=f"context bench {messages}",
+                      workspace="/home/user/projects/app", model=MODEL, channel="terminal")
+    turn = 0
+    while len(session.history) < messages:
+        record_turn(session, turn, messages)
+        turn += 1
+        if turn % SAVE_EVERY == 0:
+            app.save(session)
+    app.save(session)
+    if len(session.history) != messages:
+        raise RuntimeError(f"built {len(session.history)} messages, expected {messages}")
+    return session
+
+
+def build(session: Session) -> Any:
+    """The request of the session's next model call, as the session actor builds it."""
+    return build_request(session.history, model=MODEL, tools=TOOLS, max_tokens=MAX_TOKENS,
+                         system=DEFAULT_SYSTEM_PROMPT)
+
+
+# --- measuring ----------------------------------------------------------------------------
+
+
+def median_ms(call: Callable[[], object], budget: Budget) -> float:
+    """Median wall time of ``call`` in ms, after one untimed warm-up call."""
+    call()
+    samples: list[float] = []
+    started = time.perf_counter()
+    while len(samples) < budget.max_reps and (
+        len(samples) < budget.min_reps or time.perf_counter() - started < budget.seconds
+    ):
+        t0 = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - t0) * 1000.0)
+    return statistics.median(samples)
+
+
+@dataclass(frozen=True)
+class SizeResult:
+    """The figures of one session size."""
+
+    messages: int
+    events: int
+    tokens: int
+    """Estimated input tokens of the built request."""
+    clamped: int
+    """The ``max_tokens`` the request was built with (1: the window is exceeded)."""
+    build_ms: float
+    catch_up_none_ms: float
+    catch_up_turn_ms: float
+    reload_ms: float
+    reload_build_ms: float
+
+    @property
+    def ratio(self) -> float:
+        """Build on the in-memory history / reload then build (below 1: cheaper)."""
+        return ratio(self.build_ms, self.reload_build_ms)
+
+
+@dataclass(frozen=True)
+class ContextResults:
+    """Everything the context benchmark measured, smallest size first."""
+
+    sizes: list[SizeResult]
+
+    @property
+    def largest(self) -> int:
+        """The largest session size measured (messages)."""
+        return self.sizes[-1].messages
+
+    @property
+    def ratio(self) -> float:
+        """:attr:`SizeResult.ratio` at the largest size."""
+        return self.sizes[-1].ratio
+
+
+def measure(app: TetherApplication, messages: int, quick: bool) -> SizeResult:
+    """Store a session of ``messages`` messages and time build, catch-up and reload."""
+    session_id = f"context{messages}"
+    session = build_session(app, session_id, messages)
+    request = build(session)
+    tokens = estimate_request_tokens(request.system, request.messages, request.tools)
+    build_ms = median_ms(lambda: build(session), QUICK_BUILD if quick else FULL_BUILD)
+
+    def reload() -> Session:
+        loaded = app.session(session_id)
+        assert loaded is not None
+        return loaded
+
+    reload_budget = QUICK_RELOAD if quick else FULL_RELOAD
+    reload_ms = median_ms(reload, reload_budget)
+    reload_build_ms = median_ms(lambda: build(reload()), reload_budget)
+
+    # Catch-up: ``reader`` plays the session actor, ``session`` another writer.
+    reader = reload()
+    catch_up_none_ms = median_ms(lambda: app.catch_up(reader),
+                                 QUICK_CATCH_UP if quick else FULL_CATCH_UP)
+    samples: list[float] = []
+    turn = messages // MESSAGES_PER_TURN + 1
+    for _ in range(QUICK_NEW_TURNS if quick else FULL_NEW_TURNS):
+        record_turn(session, turn)
+        turn += 1
+        app.save(session)
+        t0 = time.perf_counter()
+        reader = app.catch_up(reader)
+        samples.append((time.perf_counter() - t0) * 1000.0)
+        if reader.version != session.version:
+            raise RuntimeError(f"caught up to {reader.version}, expected {session.version}")
+    return SizeResult(
+        messages=messages, events=len(app.session_events(session_id)) - len(samples)
+        * EVENTS_PER_TURN, tokens=tokens, clamped=request.max_tokens, build_ms=build_ms,
+        catch_up_none_ms=catch_up_none_ms, catch_up_turn_ms=statistics.median(samples),
+        reload_ms=reload_ms, reload_build_ms=reload_build_ms,
+    )
+
+
+def run(quick: bool = False, out: Printer = say) -> ContextResults:
+    """Measure every size on a temporary SQLite file; print the table and the ratio."""
+    sizes = QUICK_SIZES if quick else FULL_SIZES
+    out(
+        "== context: one turn's model request for sessions of "
+        f"{', '.join(f'{n:,}' for n in sizes)} stored messages (SQLite; "
+        f"{MESSAGES_PER_TURN} messages and {EVENTS_PER_TURN} events per turn, tool results "
+        "1.5-3 KB)"
+    )
+    results: list[SizeResult] = []
+    with tempfile.TemporaryDirectory(prefix="tether-bench-context-") as folder:
+        app = TetherApplication(env={
+            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "SQLITE_DBNAME": os.path.join(folder, "events.db"),
+            "SQLITE_LOCK_TIMEOUT": "30",
+            "CREATE_TABLE": "true",
+        })
+        try:
+            for messages in sizes:
+                results.append(measure(app, messages, quick))
+        finally:
+            app.close()
+    for line in table(
+        ["messages", "events", "est. tokens", "max_tokens", "build ms", "catch-up ms",
+         "catch-up +1 turn ms", "reload ms", "reload+build ms", "build/reload+build"],
+        [
+            [f"{r.messages:,}", f"{r.events:,}", f"{r.tokens:,}", f"{r.clamped:,}",
+             f"{r.build_ms:.3f}", f"{r.catch_up_none_ms:.3f}", f"{r.catch_up_turn_ms:.3f}",
+             f"{r.reload_ms:.2f}", f"{r.reload_build_ms:.2f}", f"{r.ratio:.3f}"]
+            for r in results
+        ],
+    ):
+        out(line)
+    out("")
+    out("build = build_request on the in-memory history (what each model call does);")
+    out("catch-up = app.catch_up between turns (no new event / one new turn's 8 events);")
+    out("reload+build = app.session(sid) then build_request (the re-read-everything baseline).")
+    out("Compaction is not wired yet: build still grows linearly with the in-memory history")
+    out("(every message is walked to summarize stale tool results), and max_tokens 1 means")
+    out("the estimated request exceeds the model's window. The store cost per turn")
+    out("(catch-up) stays flat.")
+    context = ContextResults(results)
+    out("ratio = build ms / reload+build ms at the largest size (below 1: cheaper)")
+    out(f"RATIO context build/reload @{context.largest} = {context.ratio:.2f}")
+    return context
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: ``python -m bench.context [--quick]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.context",
+        description="One turn's model request for sessions of 10 to 10,000 stored messages: "
+        "build_request on the in-memory history and catch-up from the store, against "
+        "reloading the whole session then building (SQLite).",
+    )
+    parser.add_argument("--quick", action="store_true",
+                        help="10 and 100 messages only, for smoke runs")
+    args = parser.parse_args(argv)
+    run(quick=args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
