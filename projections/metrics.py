@@ -2,8 +2,8 @@
 
 Figures (:class:`Metrics`, from :meth:`MetricsView.snapshot`) and where each comes from:
 
-* cost: the Session's ``TurnCompleted`` and ``TurnFailed`` ``cost_usd``, in total and per
-  UTC date of the event's timestamp;
+* cost: the Session's ``TurnCompleted``, ``TurnFailed`` and ``TitleSet`` ``cost_usd``, in
+  total and per UTC date of the event's timestamp;
 * sessions launched: ``Created`` events (a fork is a launch too);
 * sessions by status: each session once, in its latest ``StatusChanged`` status (a legacy
   ``waiting`` counts as ``running``, see ``LEGACY_STATUSES``);
@@ -82,8 +82,11 @@ TOP = Table(
 )
 """One row (slot 0): the most expensive session."""
 
-SESSION_EVENTS = frozenset({"Created", "UserMessageReceived", "Forked", "StatusChanged",
-                            "TurnCompleted", "TurnFailed"})
+COSTING = frozenset({"TurnCompleted", "TurnFailed", "TitleSet"})
+"""Session events with a ``cost_usd``: turns (completed or failed) and the title call."""
+
+SESSION_EVENTS = frozenset({"Created", "UserMessageReceived", "Forked", "StatusChanged"}
+                           | COSTING)
 """The Session events that change a session's facts."""
 
 
@@ -189,7 +192,7 @@ def apply_session_event(facts: SessionFacts | None, event: Any) -> SessionFacts 
         status = LEGACY_STATUSES.get(event.status, event.status)
         finished_at = utc_stamp(event.timestamp) if status in FINISHED else ""
         return msgspec.structs.replace(facts, status=status, finished_at=finished_at)
-    if kind in ("TurnCompleted", "TurnFailed"):
+    if kind in COSTING:
         return msgspec.structs.replace(facts, cost_usd=facts.cost_usd + event.cost_usd)
     return facts
 
@@ -341,7 +344,7 @@ class MetricsView(TrackedView):
         if kind == "Created":
             changes.append(Change(TOTALS.name, ("launched",),
                                   _add({"name": "launched"}, "value", lambda: 1)))
-        if kind in ("TurnCompleted", "TurnFailed"):
+        if kind in COSTING:
             cost = float(event.cost_usd)
             day = utc_day(event.timestamp)
             changes += [

@@ -517,3 +517,12 @@ def test_format_value() -> None:
     assert [format_value(v) for v in (3, 3.0, 0.125, float("inf"), float("-inf"))] == [
         "3", "3", "0.125", "+Inf", "-Inf"]
     assert format_value(float("nan")) == "NaN"
+
+
+def test_a_title_calls_cost_counts_with_its_session(clock: Clock) -> None:
+    s = new_session(clock, "2026-11-21T23:00:00", "s1", "fix-login")
+    s.receive_user_message(text=PROMPT, channel="web", user="ana")
+    turn(s, clock, "2026-11-21T23:30:00", 0.25)
+    s.set_title(title="Fix the login", cost_usd=0.01)
+    facts = replay(s.collect_events())
+    assert facts is not None and facts.cost_usd == pytest.approx(0.26)
