@@ -29,12 +29,12 @@ from actors.modes import auto_approvable, plan_mode_refusal
 from actors.ports import (
     Clock,
     Ids,
-    MessageDone,
     ModelRequest,
     Provider,
     ProviderError,
     RandomIds,
     SystemClock,
+    answer_of,
 )
 from actors.pricing import cost_usd
 from actors.runtime import ActorSystem, Envelope, TetherActor
@@ -42,7 +42,7 @@ from actors.security import ActionRequest, PipelineConfig, evaluate
 from actors.tier2 import Tier2Budget, Tier2Settings, read_review, review_request
 from events.application import TetherApplication
 from events.decisions import StageRecord, ToolDecision, decision_uuid
-from events.messages import TextBlock, ToolProposal, Usage, Verdict
+from events.messages import ToolProposal, Usage, Verdict
 
 APPROVERS = {2: "the LLM evaluator (tier 2)", 3: "a person (tier 3)"}
 
@@ -115,12 +115,8 @@ async def run_review(provider: Provider, request: ModelRequest, canary: str,
     """Ask the reviewer on the bus loop; the answer goes back to the gatekeeper."""
     try:
         async with asyncio.timeout(timeout):
-            done: MessageDone | None = None
-            async for event in provider.stream(request):
-                if isinstance(event, MessageDone):
-                    done = event
-        text = "".join(b.text for b in done.content if isinstance(b, TextBlock)) if done else ""
-        result = ReviewDone(canary, text, done.usage if done else Usage())
+            text, usage = await answer_of(provider, request)
+        result = ReviewDone(canary, text, usage)
     except TimeoutError:
         result = ReviewDone(canary, error=f"the reviewer did not answer within {timeout:g} s")
     except ProviderError as exc:

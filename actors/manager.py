@@ -192,8 +192,9 @@ class SessionManagerActor(TetherActor):
         session or of one of the ``resumable`` most recently active finished ones."""
         if self.app.session(ref) is not None:
             return ref
-        rows = [r for r in self.list_sessions() if r.name == ref]
-        finished = [r.session_id for r in self.list_sessions() if r.status in FINISHED]
+        listed = self.list_sessions()
+        rows = [r for r in listed if r.name == ref]
+        finished = [r.session_id for r in listed if r.status in FINISHED]
         resumable = set(finished[: self.limits.resumable])
         for row in rows:  # most recently active first
             if row.status in ACTIVE or row.session_id in resumable:

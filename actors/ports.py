@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from events.messages import ContentBlock, Usage
+from events.messages import ContentBlock, TextBlock, Usage
 
 # --- model --------------------------------------------------------------------------------
 
@@ -96,6 +96,18 @@ class ToolOutput(msgspec.Struct):
 
     content: str
     is_error: bool = False
+
+
+async def answer_of(provider: Provider, request: ModelRequest) -> tuple[str, Usage]:
+    """A whole answer to ``request`` (a side call: a review, a title): its text and usage.
+    Raises ProviderError like the provider; an answer without MessageDone is empty."""
+    done: MessageDone | None = None
+    async for event in provider.stream(request):
+        if isinstance(event, MessageDone):
+            done = event
+    if done is None:
+        return "", Usage()
+    return "".join(b.text for b in done.content if isinstance(b, TextBlock)), done.usage
 
 
 class ToolExecutor(Protocol):

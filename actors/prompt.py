@@ -47,7 +47,7 @@ from typing import Any
 import msgspec
 import msgspec.yaml
 
-from actors.ttsr_rules import _split_front_matter
+from actors.front_matter import read_front_matter
 
 __all__ = [
     "BEHAVIOURAL_RULES",
@@ -175,18 +175,7 @@ class _SkillFront(msgspec.Struct):
 def _parse_skill(text: str) -> tuple[str | None, str, str]:
     """(name or None, description, body) of a SKILL.md text; raise ValueError with the
     reason if it is not a usable skill."""
-    parts = _split_front_matter(text)
-    if parts is None:
-        raise ValueError("no YAML front matter (a '---' line, the YAML, a '---' line)")
-    yaml_text, body = parts
-    try:
-        meta = (
-            msgspec.yaml.decode(yaml_text.encode(), type=_SkillFront)
-            if yaml_text.strip()
-            else _SkillFront()
-        )
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise ValueError(f"bad front matter: {exc}") from exc
+    meta, body = read_front_matter(text, _SkillFront)
     description = " ".join((meta.description or "").split())
     if not description:
         raise ValueError("no description")

@@ -105,6 +105,12 @@ class _Session:
         return resolve_origin(self.explicit, self.channel, self.workspace,
                               self.settings.workdir_channels, self.settings.fallback_channel)
 
+    def origin_watches(self) -> bool:
+        """Whether the origin route is a plain channel that watches in the foreground (it
+        already got what its watchers got)."""
+        route = parse_route(self.origin)
+        return route is not None and not route.target and route.channel in self.watchers()
+
     def watchers(self) -> list[str]:
         """Channels watching in the foreground: the origin channel unless it went to the
         background, then those that asked."""
@@ -304,8 +310,7 @@ class NotificationRouterActor(TetherActor):
         watchers = state.watchers()
         for channel in watchers:
             self._send(channel, _message(session_id, kind, text, seq))
-        route = parse_route(state.origin)
-        if route is not None and route.channel in watchers and not route.target:
+        if state.origin_watches():
             self._record(session_id, notice, kind, ",".join(watchers), "sent")
             return
         if ending:
@@ -315,8 +320,7 @@ class NotificationRouterActor(TetherActor):
 
     def _to_background(self, session_id: str, state: _Session, notice: str, kind: str,
                        text: str, seq: int) -> None:
-        route = parse_route(state.origin)
-        if route is not None and route.channel in state.watchers() and not route.target:
+        if state.origin_watches():
             self._record(session_id, notice, kind, state.origin, "skipped: watched")
             return
         now = self.clock.now()

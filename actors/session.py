@@ -63,6 +63,7 @@ from actors.ports import (
     ToolInputDelta,
     ToolOutput,
     ToolUseStart,
+    answer_of,
 )
 from actors.pricing import cost_usd
 from actors.prompt import (
@@ -201,12 +202,8 @@ async def pump_title(provider: Provider, request: ModelRequest,
                      ref: pykka.ActorRef[Any]) -> None:
     """Ask for a title on the bus loop; the answer comes back as TitleDone."""
     try:
-        done: MessageDone | None = None
-        async for event in provider.stream(request):
-            if isinstance(event, MessageDone):
-                done = event
-        text = "".join(b.text for b in done.content if isinstance(b, TextBlock)) if done else ""
-        result = TitleDone(text, done.usage if done else Usage())
+        text, usage = await answer_of(provider, request)
+        result = TitleDone(text, usage)
     except Exception as exc:  # a title is a nicety: say why, never fail the session
         result = TitleDone(error=f"{type(exc).__name__}: {exc}")
     with contextlib.suppress(pykka.ActorDeadError):

@@ -36,6 +36,8 @@ from typing import Literal
 import msgspec
 import msgspec.yaml
 
+from actors.front_matter import read_front_matter
+
 __all__ = [
     "DEFAULT_SCOPES",
     "Rule",
@@ -184,35 +186,13 @@ def compile_trigger(trigger: str) -> re.Pattern[str]:
 # --- loading ------------------------------------------------------------------------------
 
 
-def _split_front_matter(text: str) -> tuple[str, str] | None:
-    """Return (yaml, body) for ``---\\nyaml\\n---\\nbody``, or None without front matter."""
-    lines = text.lstrip("\ufeff").splitlines(keepends=True)
-    if not lines or lines[0].strip() != "---":
-        return None
-    for i in range(1, len(lines)):
-        if lines[i].strip() == "---":
-            return "".join(lines[1:i]), "".join(lines[i + 1 :])
-    return None
-
-
 def parse_rule_file(path: Path, origin: str = "") -> Rule:
     """Parse one rule file; raise ValueError with a reason if it is not a usable rule."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"cannot read: {exc}") from exc
-    parts = _split_front_matter(text)
-    if parts is None:
-        raise ValueError("no YAML front matter (a '---' line, the YAML, a '---' line)")
-    yaml_text, body = parts
-    try:
-        meta = (
-            msgspec.yaml.decode(yaml_text.encode(), type=_FrontMatter)
-            if yaml_text.strip()
-            else _FrontMatter()
-        )
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise ValueError(f"bad front matter: {exc}") from exc
+    meta, body = read_front_matter(text, _FrontMatter)
     if not meta.trigger:
         raise ValueError("no trigger")
     compile_trigger(meta.trigger)

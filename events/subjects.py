@@ -91,11 +91,6 @@ class Subjects:
         """Wildcard over every relayed event (the JetStream stream's subjects)."""
         return f"{self.namespace}.evt.>"
 
-    @property
-    def all_session_events(self) -> str:
-        """Wildcard over every session's relayed events."""
-        return f"{self.namespace}.evt.session.>"
-
     def session_events(self, session_id: str) -> str:
         """Wildcard over one session's relayed events."""
         return f"{self.namespace}.evt.session.{check_token(session_id, 'session id')}.*"

@@ -8,7 +8,6 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import eventsourcing.domain
 import pytest
 
 from actors.lifecycle import STATUSES
@@ -42,7 +41,9 @@ CLIPPED = PROMPT[:99] + "…"
 
 
 class Clock:
-    """The time eventsourcing stamps new events with."""
+    """The time the test says events happened: the helpers below stamp the events they
+    record with it (the aggregate stamps them with the real time; the store keeps what it
+    is given)."""
 
     def __init__(self) -> None:
         self.now = dt.datetime(2026, 11, 21, 23, 0, tzinfo=dt.UTC)
@@ -50,15 +51,15 @@ class Clock:
     def at(self, iso: str) -> None:
         self.now = dt.datetime.fromisoformat(iso).replace(tzinfo=dt.UTC)
 
-    def __call__(self) -> dt.datetime:
-        return self.now
+    def stamp(self, aggregate: Any, since: int) -> None:
+        """Give the events ``aggregate`` recorded from index ``since`` on this time."""
+        for pending in aggregate.pending_events[since:]:
+            object.__setattr__(pending, "timestamp", self.now)
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    fake = Clock()
-    monkeypatch.setattr(eventsourcing.domain, "datetime_now_with_tzinfo", fake)
-    return fake
+def clock() -> Clock:
+    return Clock()
 
 
 @pytest.fixture
@@ -101,22 +102,28 @@ def follow(app: TetherApplication, view: MetricsView) -> int:
 
 def new_session(clock: Clock, at: str, sid: str, name: str) -> Session:
     clock.at(at)
-    return Session(session_id=sid, name=name, workspace="/ws", model="m", channel="web")
+    session = Session(session_id=sid, name=name, workspace="/ws", model="m", channel="web")
+    clock.stamp(session, 0)
+    return session
 
 
 def turn(s: Session, clock: Clock, at: str, cost: float, *, failed: bool = False) -> None:
     clock.at(at)
+    since = len(s.pending_events)
     s.append_assistant_message(content=[TextBlock("ok")], stop_reason="end_turn",
                                usage=Usage(10, 2), generation=1)
     if failed:
         s.fail_turn(error="boom", cost_usd=cost)
     else:
         s.complete_turn(rounds=1, usage=Usage(10, 2), cost_usd=cost, stop="end_turn")
+    clock.stamp(s, since)
 
 
 def status(s: Session, clock: Clock, at: str, new: str) -> None:
     clock.at(at)
+    since = len(s.pending_events)
     s.change_status(status=new, reason="test")
+    clock.stamp(s, since)
 
 
 def decide(s: Session, call_id: str, *decisions: str) -> None:
