@@ -17,7 +17,7 @@ import datetime as dt
 import json
 import re
 from collections.abc import Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 import msgspec
 
@@ -51,10 +51,12 @@ def build_request(
     tools: list[dict[str, Any]],
     max_tokens: int,
     system: str = DEFAULT_SYSTEM_PROMPT,
+    window: int = 0,
 ) -> ModelRequest:
     """The request for the next model call of a session with ``history``: stale tool
     results summarized and neighbours coalesced (:func:`shape_messages`), ``max_tokens``
-    clamped to what the model and its window allow (:func:`clamp_max_tokens`)."""
+    clamped to what the model and its window allow (:func:`clamp_max_tokens`; ``window``
+    overrides the model table's when not 0)."""
     messages = shape_messages(history)
     used = estimate_request_tokens(system, messages, tools)
     return ModelRequest(
@@ -62,7 +64,7 @@ def build_request(
         system=system,
         messages=messages,
         tools=tools,
-        max_tokens=clamp_max_tokens(max_tokens, model, used),
+        max_tokens=clamp_max_tokens(max_tokens, model, used, window),
     )
 
 
@@ -209,13 +211,19 @@ def estimate_request_tokens(
     )
 
 
-def clamp_max_tokens(requested: int, model: str, input_tokens: int) -> int:
+def context_window(model: str, override: int = 0) -> int:
+    """Tokens ``model``'s window holds: ``override`` when not 0, else the model table's."""
+    return override if override > 0 else model_info(model).context_window
+
+
+def clamp_max_tokens(requested: int, model: str, input_tokens: int, window: int = 0) -> int:
     """The ``max_tokens`` to send: the least of ``requested``, the model's output limit and
-    what the window leaves after ``input_tokens``; never below 1 (the API's minimum; a
-    request that leaves no room then fails at the API with a clear error instead of
-    being sent with a nonsensical limit)."""
+    what the window (``window`` when not 0, else the model's) leaves after
+    ``input_tokens``; never below 1 (the API's minimum; a request that leaves no room then
+    fails at the API with a clear error instead of being sent with a nonsensical limit)."""
     info = model_info(model)
-    return max(1, min(requested, info.max_output, info.context_window - input_tokens))
+    room = context_window(model, window) - input_tokens
+    return max(1, min(requested, info.max_output, room))
 
 
 # --- stale tool results -------------------------------------------------------------------
@@ -479,6 +487,44 @@ def split_for_compaction(history: list[Msg], budget: int) -> tuple[list[Msg], li
         if can_split_before(history[index]):
             cut = index
     return history[:cut], history[cut:]
+
+
+class CompactionPlan(NamedTuple):
+    """What a compaction will do: replace the first ``replaced`` messages of the history
+    (``older``, as sent: stale results already summarized) with a summary."""
+
+    older: list[Turn]
+    replaced: int
+    tokens: int
+    """Estimated tokens of the history as sent, before the compaction."""
+    budget: int
+
+
+def plan_compaction(history: list[Turn], *, system: str, window: int,
+                    keep_turns: int = KEEP_TURNS) -> CompactionPlan | None:
+    """The compaction the history needs before the next model call, or None.
+
+    The history is measured as it is sent (stale tool results summarized, as the seed
+    does before compacting) against :func:`context_budget`; at 70% or more it is split
+    with :func:`split_for_compaction`. None when under the trigger, when nothing older
+    than the recent part is left to summarize, or when that is only an earlier summary
+    (summarizing it alone again would gain nothing and could repeat every call).
+    """
+    budget = context_budget(window, estimate_tokens(system))
+    shaped = summarize_stale_results(history, keep_turns)
+    tokens = estimate_history_tokens(shaped)
+    if not needs_compaction(tokens, budget):
+        return None
+    older, _ = split_for_compaction(shaped, budget)
+    if not older or (len(older) == 1 and is_summary_message(older[0])):
+        return None
+    return CompactionPlan(older, len(older), tokens, budget)
+
+
+def is_summary_message(message: Turn | dict[str, Any]) -> bool:
+    """``message`` is a compaction's summary (``[Previous conversation summary: ...]``)."""
+    texts = _texts(message) if _text_only(message) else []
+    return len(texts) == 1 and texts[0].startswith(SUMMARY_PREFIX)
 
 
 MEMORY_PROMPT = """\

@@ -35,7 +35,20 @@ from actors.commands import (
     resolve_dir,
     status_text,
 )
-from actors.context import DEFAULT_SYSTEM_PROMPT, build_request
+from actors.context import (
+    DEFAULT_SYSTEM_PROMPT,
+    CompactionPlan,
+    build_request,
+    context_window,
+    estimate_history_tokens,
+    memory_append,
+    memory_request,
+    parse_facts,
+    plan_compaction,
+    summarize_stale_results,
+    summary_request,
+    summary_text,
+)
 from actors.engine_tools import (
     ASK_USER_QUESTION,
     ENGINE_TOOLS,
@@ -67,6 +80,7 @@ from actors.ports import (
 )
 from actors.pricing import cost_usd
 from actors.prompt import (
+    MEMORY_FILE,
     WorkspaceTexts,
     assemble_system_prompt,
     load_skills,
@@ -149,6 +163,9 @@ class SessionConfig(msgspec.Struct, kw_only=True):
     """Name the session in the background once it has enough messages."""
     lazy_tools: bool = True
     """A session starts with only the load_tools meta-tool; groups load on demand."""
+    context_window: int = 0
+    """Tokens the model's window holds (0: the model table's figure); compaction keeps the
+    history under 70% of what it leaves."""
 
 
 class ForkOf(msgspec.Struct, kw_only=True):
@@ -206,6 +223,35 @@ async def pump_title(provider: Provider, request: ModelRequest,
         result = TitleDone(text, usage)
     except Exception as exc:  # a title is a nicety: say why, never fail the session
         result = TitleDone(error=f"{type(exc).__name__}: {exc}")
+    with contextlib.suppress(pykka.ActorDeadError):
+        ref.tell(result)
+
+
+class CompactionDone(msgspec.Struct):
+    """The compaction's two model calls ended: the memory call's and the summary call's
+    answers, what they used, or why they failed."""
+
+    generation: int
+    memory: str = ""
+    summary: str = ""
+    usage: Usage = msgspec.field(default_factory=Usage)
+    error: str = ""
+
+
+async def pump_compaction(provider: Provider, memory: ModelRequest, summary: ModelRequest,
+                          generation: int, ref: pykka.ActorRef[Any]) -> None:
+    """Make the memory call, then the summary call, on the bus loop; the answers come back
+    as CompactionDone (a failure of either says why)."""
+    usage = Usage()
+    try:
+        facts, used = await answer_of(provider, memory)
+        usage = used
+        text, used = await answer_of(provider, summary)
+        usage = Usage(usage.input_tokens + used.input_tokens,
+                      usage.output_tokens + used.output_tokens)
+        result = CompactionDone(generation, facts, text, usage)
+    except Exception as exc:  # the turn goes on uncompacted; say why
+        result = CompactionDone(generation, usage=usage, error=f"{type(exc).__name__}: {exc}")
     with contextlib.suppress(pykka.ActorDeadError):
         ref.tell(result)
 
@@ -289,6 +335,7 @@ class SessionActor(TetherActor):
         self.retries = 0
         self.retry_at: dt.datetime | None = None
         self.titling = False
+        self.compaction: CompactionPlan | None = None
         self.workspace_texts = WorkspaceTexts()
         self.stream_subject = self.subjects.stream(session_id)
 
@@ -366,6 +413,8 @@ class SessionActor(TetherActor):
             self._on_tick()
         elif isinstance(message, TitleDone):
             self._on_title(message)
+        elif isinstance(message, CompactionDone):
+            self._on_compacted(message)
         elif isinstance(message, KillSession):
             self._kill(message.reason)
             self.reply(envelope, Killed(session_id=self.session_id, found=True))
@@ -534,7 +583,80 @@ class SessionActor(TetherActor):
         self.turn_usage = Usage()
         self.unchecked_retries = 0
         self.reminders = []
+        self._next_call()
+
+    def _next_call(self) -> None:
+        """The turn's next model call; when the history fills 70% of the context budget it
+        is compacted first (two model calls in the background, then this call)."""
+        plan = plan_compaction(self.session.history, system=self._system_text(),
+                               window=self._window())
+        if plan is None:
+            self._call_model()
+            return
+        self._active()
+        self.compaction = plan
+        self.generation = self.session.version
+        self.phase = "compacting"
+        model = self.config.model
+        memory, summary = memory_request(plan.older, model=model), summary_request(
+            plan.older, model=model)
+        generation, ref, provider = self.generation, self.actor_ref, self.provider
+        self.task = self.bus.spawn(
+            lambda: pump_compaction(provider, memory, summary, generation, ref))
+
+    def _on_compacted(self, done: CompactionDone) -> None:
+        """Append the durable facts to MEMORY.md, replace the older part of the history
+        with its summary (both recorded), then make the model call that waited."""
+        plan = self.compaction
+        if done.generation != self.generation or self.phase != "compacting" or plan is None:
+            return
+        self.compaction, self.task = None, None
+        cost = cost_usd(self.config.model, done.usage)
+        summary = self.redactor.text(done.summary.strip())
+        error = done.error or ("" if summary else "the summary call answered nothing")
+        if error:
+            log.warning("session %s: compaction failed: %s", self.session_id, error)
+            self.session.fail_compaction(error=error, cost_usd=cost)
+        else:
+            self._flush_memory(parse_facts(self.redactor.text(done.memory)))
+            text = summary_text(summary)
+            after = estimate_history_tokens(summarize_stale_results(
+                [Turn("user", [TextBlock(text)]), *self.session.history[plan.replaced:]]))
+            self.session.compact_history(summary=text, replaced=plan.replaced,
+                                         tokens_before=plan.tokens, tokens_after=after,
+                                         budget=plan.budget, cost_usd=cost)
+        self.app.save(self.session)
         self._call_model()
+
+    def _flush_memory(self, facts: list[str]) -> None:
+        """Append ``facts`` to the workspace's MEMORY.md under today's heading (recorded);
+        nothing when there are none or all are there already."""
+        if not facts:
+            return
+        path = os.path.join(self.session.workspace, MEMORY_FILE)
+        today = self.clock.now().date()
+        try:
+            existing = _read_text(path) if os.path.exists(path) else ""
+            if existing is None:
+                raise OSError(f"cannot read {path}")
+            text = memory_append(existing, facts, today)
+            if text == existing:
+                return
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as exc:
+            log.warning("session %s: memory not flushed: %s", self.session_id, exc)
+            return
+        self.session.flush_memory(path=path, facts=facts, heading=f"## {today.isoformat()}")
+
+    def _window(self) -> int:
+        return context_window(self.config.model, self.config.context_window)
+
+    def _system_text(self) -> str:
+        """The system prompt as sent: the assembled prompt with the mode's instructions."""
+        return engine_tools.system_prompt(
+            self.session.system_prompt or self.config.system_prompt, self.session.mode,
+            self._plan_file())
 
     def _call_model(self) -> None:
         self._active()
@@ -545,15 +667,13 @@ class SessionActor(TetherActor):
         self.done = None
         self.phase = "streaming"
         self._publish("turn_start")
-        mode = self.session.mode
         request = build_request(
             self.session.history,
             model=self.config.model,
             tools=self._tool_definitions(),
             max_tokens=self.config.max_tokens,
-            system=engine_tools.system_prompt(
-                self.session.system_prompt or self.config.system_prompt, mode,
-                self._plan_file()),
+            system=self._system_text(),
+            window=self.config.context_window,
         )
         generation, ref, provider = self.generation, self.actor_ref, self.provider
         self.task = self.bus.spawn(lambda: pump_model(provider, request, generation, ref))
@@ -748,7 +868,7 @@ class SessionActor(TetherActor):
             elif self.rounds >= self.config.round_limit:
                 self._complete_turn("round_limit")
             else:
-                self._call_model()
+                self._next_call()
             return
         call = self.tool_queue[0]
         try:

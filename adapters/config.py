@@ -81,6 +81,7 @@ Namespace = Annotated[
     ),
 ]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 
@@ -137,6 +138,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Stream replies by editing one message; false: send each reply whole at its end."""
     titles: bool = True
     """Name each session in the background (a short model call) once it has 6 messages."""
+    context_window: NonNegativeInt = 0
+    """Tokens the model's window holds, for compaction and the max_tokens clamp (0: the
+    figure from the model table, ``actors/data/models.toml``)."""
     mode: Mode = "default"
     """The mode new sessions start in: default, plan or auto (``/plan``, ``/edit``,
     ``/default`` switch it)."""
@@ -181,6 +185,7 @@ ENV_VARS: Final[dict[str, str]] = {
     "TETHER_APPROVAL_TIMEOUT": "approval_timeout",
     "TETHER_MODE": "mode",
     "TETHER_TITLES": "titles",
+    "TETHER_CONTEXT_WINDOW": "context_window",
     "TETHER_MAX_SESSIONS": "max_sessions",
     "TETHER_HTTP_PORT": "http_port",
     "TETHER_TELEGRAM_TOKEN": "telegram_token",

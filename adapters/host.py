@@ -328,6 +328,7 @@ class Host:
             workspace_root=self.settings.workspace,
             mode=self.settings.mode,
             titles=self.settings.titles,
+            context_window=self.settings.context_window,
             idle_timeout=self.settings.idle_timeout,
             safety_net=self.settings.safety_net,
             auto_approve=list(self.settings.auto_approve),

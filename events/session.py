@@ -76,6 +76,7 @@ class Session(Aggregate):
         self.system_prompt = ""
         """The system prompt of the latest model call (as assembled and recorded)."""
         self.loaded_groups: list[str] = []
+        self.compactions = 0
         """Tool groups loaded so far (lazy tools)."""
         self.name = name
         self.workspace = workspace
@@ -157,6 +158,29 @@ class Session(Aggregate):
     def record_provider_retry(self, attempt: int, error: str, delay: float) -> None:
         """The model call failed with a transient ``error``; it is tried again after
         ``delay`` seconds (``attempt`` of this turn)."""
+
+    @event("HistoryCompacted")
+    def compact_history(self, summary: str, replaced: int, tokens_before: int,
+                        tokens_after: int, budget: int, cost_usd: float) -> None:
+        """The first ``replaced`` messages of the history gave way to ``summary`` (the
+        whole ``[Previous conversation summary: ...]`` text, a user message), because the
+        history took 70% or more of the ``budget`` (estimated tokens before and after).
+        The summary call and the memory call cost ``cost_usd``."""
+        self.history = [Turn("user", [TextBlock(summary)]), *self.history[replaced:]]
+        self.cost_usd += cost_usd
+        self.compactions += 1
+
+    @event("MemoryFlushed")
+    def flush_memory(self, path: str, facts: list[str], heading: str) -> None:
+        """Before a compaction, durable ``facts`` from the part it summarizes were
+        appended to the memory file ``path`` under ``heading`` (only when there were
+        any)."""
+
+    @event("CompactionFailed")
+    def fail_compaction(self, error: str, cost_usd: float) -> None:
+        """A compaction could not be made (``error``); the history stays whole and the
+        turn goes on. What its calls cost still counts."""
+        self.cost_usd += cost_usd
 
     @event("SystemPromptSet")
     def set_system_prompt(self, text: str) -> None:

@@ -20,6 +20,7 @@ from actors.context import (
     compacted_history,
     content_kind,
     context_budget,
+    context_window,
     estimate_history_tokens,
     estimate_message_tokens,
     estimate_request_tokens,
@@ -28,6 +29,7 @@ from actors.context import (
     memory_request,
     needs_compaction,
     parse_facts,
+    plan_compaction,
     render_transcript,
     shape_messages,
     split_for_compaction,
@@ -484,6 +486,44 @@ def test_split_at_a_reminder_keeps_the_round_before_it_whole() -> None:
     older, recent = split_for_compaction(history, 100)
     assert recent == history[4:]
     assert older == history[:4]
+
+
+def test_plan_compaction_triggers_at_70_percent_of_the_budget() -> None:
+    big = "x" * 4000  # about 1,000 tokens per message
+    history = [Turn("user" if i % 2 == 0 else "assistant", [TextBlock(f"{i} {big}")])
+               for i in range(12)]
+    # the budget is the floor, 8,192 tokens; the trigger 5,734: five messages stay under
+    assert plan_compaction(history[:5], system="s", window=10_000) is None
+    assert plan_compaction(history[:6], system="s", window=10_000) is not None
+    plan = plan_compaction(history, system="s", window=10_000)
+    assert plan is not None and plan.budget == context.BUDGET_FLOOR
+    assert plan.tokens == estimate_history_tokens(history) >= plan.budget * 70 // 100
+    # the recent part (within 30% of 8,192 tokens: 2,457) is the last user message and
+    # the reply to it
+    assert plan.replaced == 10 and plan.older == history[:10]
+    # a bigger window leaves the same history under the trigger
+    assert plan_compaction(history, system="s", window=200_000) is None
+
+
+def test_plan_compaction_measures_the_history_as_sent() -> None:
+    # Old tool results count as their summaries: the same history is under the trigger
+    # when its bulk is in results more than four turns old.
+    history = [*_tool_turn(1, "y" * 30_000), *_history(5)]
+    assert estimate_history_tokens(history) > 8192 * 70 // 100
+    assert plan_compaction(history, system="s", window=10_000) is None
+
+
+def test_plan_compaction_does_not_summarize_a_summary_alone() -> None:
+    recent = [Turn("user", [TextBlock("z" * 9000)]), Turn("assistant", [TextBlock("ok")])]
+    history = [summary_message("earlier " * 2500), *recent]
+    assert plan_compaction(history, system="s", window=10_000) is None
+
+
+def test_context_window_override_and_clamp() -> None:
+    assert context_window("claude-sonnet-4-6") == model_info("claude-sonnet-4-6").context_window
+    assert context_window("claude-sonnet-4-6", 10_000) == 10_000
+    assert clamp_max_tokens(4096, "claude-sonnet-4-6", 9_000, window=10_000) == 1000
+    assert clamp_max_tokens(4096, "claude-sonnet-4-6", 12_000, window=10_000) == 1
 
 
 def test_summary_message() -> None:

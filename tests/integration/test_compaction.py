@@ -1,0 +1,137 @@
+"""Compaction in the loop: at 70% of the context budget the older part of the history is
+summarized by one model call, its durable facts go to MEMORY.md by another, and the next
+call sends the summary first; everything is recorded, so a replay needs no model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from actors.context import MEMORY_PROMPT, SUMMARY_PREFIX, SUMMARY_PROMPT
+from tests.conftest import Engine
+from tests.helpers import say
+
+# A 10,000-token window leaves the budget's floor, 8,192 tokens: compaction starts at
+# 5,734. Each message below is about 2,000 tokens, so the third turn crosses the line
+# and the last message (within 30% of the budget) is kept.
+WINDOW = 10_000
+BIG = "alpha beta gamma delta " * 350  # 8,050 characters, about 2,000 tokens
+
+
+def turn(word: str) -> str:
+    return f"{word}: {BIG}"
+
+
+def script(memory: str, summary: str = "The user sent two long notes; I acknowledged.") -> str:
+    return f"""
+responses:
+  - match: "first"
+    blocks: [{{text: "Noted one."}}]
+  - match: "second"
+    blocks: [{{text: "Noted two."}}]
+  - match: "<conversation>"
+    blocks: [{{text: {json.dumps(memory)}}}]
+  - match: "<conversation>"
+    blocks: [{{text: {json.dumps(summary)}}}]
+  - match: "third"
+    blocks: [{{text: "Noted three."}}]
+"""
+
+
+def names(host: Any, sid: str) -> list[str]:
+    return [type(e).__name__ for e in host.app.session_events(sid)]
+
+
+def test_a_full_history_is_summarized_and_its_facts_flushed_to_memory(
+    engine: Callable[..., Engine], workspace: Path, watch_channel: Callable[..., Any],
+) -> None:
+    host, _, llm = engine(script("- The user prefers tabs.\n- Deploys run on Fridays."),
+                              context_window=WINDOW)
+    channel = watch_channel(host, "test")
+    sid = say(host, turn("first"))
+    channel.wait_for("completed")
+    say(host, turn("second"), sid)
+    channel.wait_for("completed")
+    assert "HistoryCompacted" not in names(host, sid)  # 4,000 tokens: under the trigger
+    say(host, turn("third"), sid)
+    channel.wait_for("completed")
+
+    memory_call, summary_call, answered = llm.requests[2:5]
+    assert memory_call["system"] == MEMORY_PROMPT and summary_call["system"] == SUMMARY_PROMPT
+    transcript = memory_call["messages"][0]["content"][0]["text"]
+    assert "User: first:" in transcript and "Assistant: Noted two." in transcript
+    assert "third" not in transcript  # the recent part is not summarized
+
+    sent = answered["messages"]  # the summary, coalesced with the message it precedes
+    assert sent[0]["content"][0]["text"].startswith(
+        f"{SUMMARY_PREFIX}The user sent two long notes; I acknowledged.]\n\nthird: ")
+    assert len(sent) == 1 and "first:" not in str(sent)
+
+    memory = (workspace / "MEMORY.md").read_text()
+    assert memory == ("## 2026-01-01\n\n- The user prefers tabs.\n- Deploys run on Fridays.\n")
+
+    events = host.app.session_events(sid)
+    flushed = next(e for e in events if type(e).__name__ == "MemoryFlushed")
+    assert flushed.facts == ["The user prefers tabs.", "Deploys run on Fridays."]
+    assert flushed.heading == "## 2026-01-01"
+    compacted = next(e for e in events if type(e).__name__ == "HistoryCompacted")
+    assert compacted.replaced == 4 and compacted.budget == 8192
+    assert compacted.tokens_before >= 5734 > compacted.tokens_after
+    assert names(host, sid).index("MemoryFlushed") < names(host, sid).index(
+        "HistoryCompacted")
+
+    # A replay knows the context without calling the model: the stored session holds it.
+    stored = host.app.session(sid)
+    assert stored is not None and stored.compactions == 1
+    assert [t.role for t in stored.history] == ["user", "user", "assistant"]
+    assert stored.history[0].content[0].text.startswith(SUMMARY_PREFIX)  # type: ignore[union-attr]
+    assert stored.cost_usd > 0
+    assert len(llm.requests) == 5
+
+
+def test_nothing_is_appended_to_memory_when_there_are_no_facts(
+    engine: Callable[..., Engine], workspace: Path, watch_channel: Callable[..., Any],
+) -> None:
+    (workspace / "MEMORY.md").write_text("## 2025-12-30\n\n- Older fact.\n")
+    host, _, llm = engine(script("NONE"), context_window=WINDOW)
+    channel = watch_channel(host, "test")
+    sid = say(host, turn("first"))
+    channel.wait_for("completed")
+    say(host, turn("second"), sid)
+    channel.wait_for("completed")
+    say(host, turn("third"), sid)
+    channel.wait_for("completed")
+    assert (workspace / "MEMORY.md").read_text() == "## 2025-12-30\n\n- Older fact.\n"
+    assert "MemoryFlushed" not in names(host, sid)
+    assert "HistoryCompacted" in names(host, sid)
+    # The memory file is part of the system prompt, so the last call still carries it.
+    assert "- Older fact." in llm.requests[-1]["system"]
+
+
+def test_a_failed_compaction_is_recorded_and_the_turn_goes_on(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    host, _, llm = engine("""
+responses:
+  - match: "first"
+    blocks: [{text: "Noted one."}]
+  - match: "second"
+    blocks: [{text: "Noted two."}]
+  - error: {status: 400, type: invalid_request_error, message: "too long"}
+  - match: "third"
+    blocks: [{text: "Noted three."}]
+""", context_window=WINDOW)
+    channel = watch_channel(host, "test")
+    sid = say(host, turn("first"))
+    channel.wait_for("completed")
+    say(host, turn("second"), sid)
+    channel.wait_for("completed")
+    say(host, turn("third"), sid)
+    channel.wait_for("completed")
+    failed = next(e for e in host.app.session_events(sid)
+                  if type(e).__name__ == "CompactionFailed")
+    assert "too long" in failed.error
+    assert "HistoryCompacted" not in names(host, sid)
+    assert "first:" in str(llm.requests[-1]["messages"])  # the whole history was sent
