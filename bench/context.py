@@ -1,4 +1,4 @@
-"""One turn's context: building the model request for sessions of 10 to 10,000 messages.
+"""One turn's context: building the model request for sessions of 10 to 30,000 messages.
 
 Each size is one real :class:`events.session.Session` stored through
 :class:`events.application.TetherApplication` on a temporary SQLite file. Its history is
@@ -7,9 +7,13 @@ a realistic mix, four messages per turn: the user's text; the assistant's text w
 source, grep output or a listing); the assistant's closing text. Each turn records what
 the session actor records (UserMessageReceived, AssistantMessageAppended,
 ToolCallProposed, ToolCallDecided, ToolCallExecuted, AssistantMessageAppended,
-TurnCompleted, StatusChanged): 8 events per 4 messages.
+TurnCompleted, StatusChanged): 8 events per 4 messages. And, as the actor does before a
+model call, whenever :func:`actors.context.plan_compaction` says the history fills 70% of
+the model's context budget (the table's 200,000-token window), a HistoryCompacted event
+replaces the older part with a summary (a canned 1,500-character summary stands in for
+the model's answer: the bench measures the context, not the model).
 
-Per size (10, 100, 1,000 and 10,000 messages; ``--quick``: 10 and 100):
+Per size (10, 100, 1,000, 10,000 and 30,000 messages; ``--quick``: 10 and 100):
 
 * **build**: :func:`actors.context.build_request` on the in-memory history, as the session
   actor calls it for each model call (stale tool results summarized, neighbours
@@ -27,12 +31,11 @@ Medians over repeated calls (each after one untimed warm-up call).
 ``RATIO context build/reload @N`` = build ms / reload+build ms at the largest size: a cost
 ratio like the others, below 1 meaning the in-memory path is cheaper.
 
-Honest limits: compaction is not wired into the turn yet, so ``build_request`` still
-grows linearly with the in-memory history (it walks every message to summarize stale
-tool results and to estimate tokens), and somewhere between 1,000 and 10,000 messages
-of this mix the estimated request exceeds the model's window (``max_tokens`` then
-clamps to 1: a real session would have to compact first). What stays flat is the store
-cost per turn: catch-up reads only the newer events, whatever the stored history's length.
+What to expect: below the compaction point ``build_request`` grows with the history
+(it walks every message to summarize stale tool results and to estimate tokens); past it
+the context the session holds is bounded by the budget, so the build cost stops growing
+with the stored history, while reloading keeps growing with every stored event. The store
+cost per turn (catch-up) is flat: it reads only the newer events.
 
 ``python -m bench.context [--quick]``
 """
@@ -48,19 +51,32 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actors.context import DEFAULT_SYSTEM_PROMPT, build_request, estimate_request_tokens
+from actors.context import (
+    DEFAULT_SYSTEM_PROMPT,
+    build_request,
+    context_window,
+    estimate_history_tokens,
+    estimate_request_tokens,
+    plan_compaction,
+    summarize_stale_results,
+    summary_text,
+)
 from bench.common import Printer, ratio, say, table
 from events.application import TetherApplication
 from events.messages import TextBlock, ToolUseBlock, Usage
 from events.session import Session
 
-FULL_SIZES = (10, 100, 1_000, 10_000)
+FULL_SIZES = (10, 100, 1_000, 10_000, 30_000)
 QUICK_SIZES = (10, 100)
 MODEL = "claude-sonnet-4-6"
 MAX_TOKENS = 4096
 EVENTS_PER_TURN = 8
 MESSAGES_PER_TURN = 4
 SAVE_EVERY = 25
+CANNED_SUMMARY = ("The user and the agent worked through failing tests caused by settings "
+                  "loaded before the environment; handlers, grep results and listings "
+                  "were read, and load_settings() was moved below the dotenv call. ") * 8
+"""Stands in for the summary call's answer (about 1,500 characters)."""
 """Turns recorded per ``app.save`` while building the stored sessions (not timed)."""
 
 TOOLS: list[dict[str, Any]] = [
@@ -162,27 +178,54 @@ def turn_steps(turn: int) -> list[Callable[[Session], None]]:
     ]
 
 
-def record_turn(session: Session, turn: int, limit: int | None = None) -> None:
-    """Record ``turn`` on ``session``, stopping once its history has ``limit`` messages."""
-    for step in turn_steps(turn):
-        if limit is not None and len(session.history) >= limit:
-            return
+ADDS_MESSAGE = (True, True, False, False, True, True, False, False)
+"""Which of :func:`turn_steps` add a message to the history."""
+
+
+CHECK_EVERY = 8
+"""Turns between two compaction checks while building the stored sessions (the actor
+checks before every call; checking each turn here would make building the 30,000-message
+session take minutes, and a compaction a few turns later changes nothing measured)."""
+
+
+def record_turn(session: Session, turn: int, room: int | None = None) -> int:
+    """Record ``turn`` on ``session``, adding at most ``room`` messages; every
+    CHECK_EVERY turns the history is compacted first when it needs it, as the actor does.
+    Returns the messages added."""
+    count = 0
+    for step, adds in zip(turn_steps(turn), ADDS_MESSAGE, strict=True):
+        if adds and room is not None and count >= room:
+            break
         step(session)
+        count += adds
+        if count == 1 and adds and turn % CHECK_EVERY == 0:
+            compact_if_needed(session)
+    return count
+
+
+def compact_if_needed(session: Session) -> None:
+    """Record a compaction when the history fills 70% of the budget (canned summary)."""
+    plan = plan_compaction(session.history, system=DEFAULT_SYSTEM_PROMPT,
+                           window=context_window(MODEL))
+    if plan is None:
+        return
+    after = estimate_history_tokens(summarize_stale_results(session.history[plan.replaced:]))
+    session.compact_history(summary=summary_text(CANNED_SUMMARY), replaced=plan.replaced,
+                            tokens_before=plan.tokens, tokens_after=after,
+                            budget=plan.budget, cost_usd=0.01)
 
 
 def build_session(app: TetherApplication, session_id: str, messages: int) -> Session:
-    """Store a session whose history holds exactly ``messages`` messages; return it."""
+    """Store a session to which exactly ``messages`` messages were added; return it."""
     session = Session(session_id=session_id, name=f"context bench {messages}",
                       workspace="/home/user/projects/app", model=MODEL, channel="terminal")
-    turn = 0
-    while len(session.history) < messages:
-        record_turn(session, turn, messages)
+    turn = added = 0
+    while added < messages:
+        added += record_turn(session, turn, messages - added)
         turn += 1
         if turn % SAVE_EVERY == 0:
             app.save(session)
     app.save(session)
-    if len(session.history) != messages:
-        raise RuntimeError(f"built {len(session.history)} messages, expected {messages}")
     return session
 
 
@@ -215,6 +258,9 @@ class SizeResult:
 
     messages: int
     events: int
+    held: int
+    """Messages the session holds after its compactions (what each call walks)."""
+    compactions: int
     tokens: int
     """Estimated input tokens of the built request."""
     clamped: int
@@ -252,6 +298,8 @@ def measure(app: TetherApplication, messages: int, quick: bool) -> SizeResult:
     """Store a session of ``messages`` messages and time build, catch-up and reload."""
     session_id = f"context{messages}"
     session = build_session(app, session_id, messages)
+    held, compactions = len(session.history), session.compactions
+    events = len(app.session_events(session_id))
     request = build(session)
     tokens = estimate_request_tokens(request.system, request.messages, request.tools)
     build_ms = median_ms(lambda: build(session), QUICK_BUILD if quick else FULL_BUILD)
@@ -281,8 +329,8 @@ def measure(app: TetherApplication, messages: int, quick: bool) -> SizeResult:
         if reader.version != session.version:
             raise RuntimeError(f"caught up to {reader.version}, expected {session.version}")
     return SizeResult(
-        messages=messages, events=len(app.session_events(session_id)) - len(samples)
-        * EVENTS_PER_TURN, tokens=tokens, clamped=request.max_tokens, build_ms=build_ms,
+        messages=messages, events=events, held=held, compactions=compactions, tokens=tokens,
+        clamped=request.max_tokens, build_ms=build_ms,
         catch_up_none_ms=catch_up_none_ms, catch_up_turn_ms=statistics.median(samples),
         reload_ms=reload_ms, reload_build_ms=reload_build_ms,
     )
@@ -311,10 +359,12 @@ def run(quick: bool = False, out: Printer = say) -> ContextResults:
         finally:
             app.close()
     for line in table(
-        ["messages", "events", "est. tokens", "max_tokens", "build ms", "catch-up ms",
-         "catch-up +1 turn ms", "reload ms", "reload+build ms", "build/reload+build"],
+        ["messages", "events", "held", "compactions", "est. tokens", "max_tokens", "build ms",
+         "catch-up ms", "catch-up +1 turn ms", "reload ms", "reload+build ms",
+         "build/reload+build"],
         [
-            [f"{r.messages:,}", f"{r.events:,}", f"{r.tokens:,}", f"{r.clamped:,}",
+            [f"{r.messages:,}", f"{r.events:,}", f"{r.held:,}", f"{r.compactions}",
+             f"{r.tokens:,}", f"{r.clamped:,}",
              f"{r.build_ms:.3f}", f"{r.catch_up_none_ms:.3f}", f"{r.catch_up_turn_ms:.3f}",
              f"{r.reload_ms:.2f}", f"{r.reload_build_ms:.2f}", f"{r.ratio:.3f}"]
             for r in results
@@ -325,10 +375,8 @@ def run(quick: bool = False, out: Printer = say) -> ContextResults:
     out("build = build_request on the in-memory history (what each model call does);")
     out("catch-up = app.catch_up between turns (no new event / one new turn's 8 events);")
     out("reload+build = app.session(sid) then build_request (the re-read-everything baseline).")
-    out("Compaction is not wired yet: build still grows linearly with the in-memory history")
-    out("(every message is walked to summarize stale tool results), and max_tokens 1 means")
-    out("the estimated request exceeds the model's window. The store cost per turn")
-    out("(catch-up) stays flat.")
+    out("held = messages the session holds after compaction (70% of the model's budget);")
+    out("past the first compaction build stops growing with the stored history.")
     context = ContextResults(results)
     out("ratio = build ms / reload+build ms at the largest size (below 1: cheaper)")
     out(f"RATIO context build/reload @{context.largest} = {context.ratio:.2f}")
@@ -339,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m bench.context [--quick]``."""
     parser = argparse.ArgumentParser(
         prog="python -m bench.context",
-        description="One turn's model request for sessions of 10 to 10,000 stored messages: "
+        description="One turn's model request for sessions of 10 to 30,000 stored messages: "
         "build_request on the in-memory history and catch-up from the store, against "
         "reloading the whole session then building (SQLite).",
     )
