@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from actors.conversation import history_at, resolve_node
 from actors.lifecycle import ACTIVE, FINISHED
 from actors.middleware import Gate, MiddlewareSettings, Refusal
 from actors.naming import name_from_prompt
@@ -28,19 +29,25 @@ from actors.redact import Redactor
 from actors.runtime import ActorHandle, ActorSystem, AskResult, Envelope, TetherActor, Tick
 from actors.session import ForkOf, NewSession, SessionTick
 from events.application import TetherApplication
+from events.forest import ForestError
 from events.inbox import RefusedMessage
 from events.messages import (
     Accepted,
+    BranchTo,
     ChannelMessage,
+    EditNode,
     ErrorReply,
     ForkSession,
+    Generate,
     Killed,
     KillSession,
     ListSessions,
     SessionList,
     SessionSummary,
+    TreeQuery,
     UserMessage,
 )
+from events.session import Turn
 from events.ttsr import RuleLog
 
 log = logging.getLogger(__name__)
@@ -123,6 +130,8 @@ class SessionManagerActor(TetherActor):
             self._on_kill(message, envelope)
         elif isinstance(message, ForkSession):
             self._on_fork(message, envelope)
+        elif isinstance(message, (TreeQuery, BranchTo, EditNode, Generate)):
+            self._forward(message, envelope)
         elif isinstance(message, AskResult):
             self._on_killed(message)
         elif isinstance(message, Tick):
@@ -180,6 +189,26 @@ class SessionManagerActor(TetherActor):
         # The session answers the original requester (Accepted) once the message is stored.
         self.send(self.subjects.session(sid), forwarded, reply=envelope.reply if envelope else "")
 
+    def _forward(self, message: TreeQuery | BranchTo | EditNode | Generate,
+                 envelope: Envelope | None) -> None:
+        """A request for one session (its tree, a branch, an edit, a generation), to its
+        actor, started first when it is not live; the session answers the requester.
+        Generating in a finished session resumes it, so it needs room like a message."""
+        ref = message.session_id
+        sid = ref if ref in self.live else self._resolve(ref)
+        if sid is None:
+            self._error("", envelope, "unknown_session", f"no session {ref!r} (by id or name)")
+            return
+        if sid not in self.live:
+            row = self.summary(sid)
+            if isinstance(message, Generate) and row is not None and (
+                    row.status in FINISHED) and not self._room("", envelope,
+                                                               f"resume {row.name}"):
+                return
+            self.live[sid] = self.spawn(sid, None)
+        self.send(self.subjects.session(sid), msgspec.structs.replace(message, session_id=sid),
+                  reply=envelope.reply if envelope else "")
+
     def _error(self, channel: str, envelope: Envelope | None, error: str, reason: str,
                session_id: str = "") -> None:
         self.reply(envelope, ErrorReply(error=error, reason=reason))
@@ -232,17 +261,34 @@ class SessionManagerActor(TetherActor):
         names = self._taken_names()
         name = name_from_prompt(f"{source.name} fork", names)
         names.add(name)
-        self._copy_rule_log(source_id, sid, before_turn=source.completed_turns)
         history = source.history
-        if source.pending_tool_calls():  # forked mid-turn: drop the unanswered request
+        if message.at_node:
+            found = self._node_path(source_id, message.at_node)
+            if isinstance(found, str):
+                self._error(message.channel, envelope, "tree", found)
+                return
+            history = found
+        elif source.pending_tool_calls():  # forked mid-turn: drop the unanswered request
             last = max(i for i, t in enumerate(history) if t.role == "assistant")
             history = history[:last]
+        self._copy_rule_log(source_id, sid, before_turn=source.completed_turns)
         self.live[sid] = self.spawn(sid, NewSession(
             name=name, workspace=source.workspace, channel=message.channel,
             budget_usd=self.limits.budget_usd,
             fork=ForkOf(source_id=source_id, at_version=source.version,
                         history=history, fired_rules=source.fired_rules)))
         self.reply(envelope, Accepted(session_id=sid))
+
+    def _node_path(self, session_id: str, wanted: str) -> list[Turn] | str:
+        """The history of a session standing at node ``wanted`` of ``session_id``'s tree,
+        or why there is none."""
+        forest = self.app.forest(session_id)
+        if forest is None:
+            return f"session {session_id} has no conversation tree yet"
+        try:
+            return history_at(forest.state, resolve_node(forest.state, wanted))
+        except (LookupError, ForestError) as exc:
+            return str(exc)
 
     def _copy_rule_log(self, source_id: str, target_id: str, before_turn: int) -> None:
         """The fork keeps the injections of the turns it copied, so ``once`` and

@@ -41,6 +41,7 @@ from actors.context import (
     build_request,
     context_window,
     estimate_history_tokens,
+    estimate_request_tokens,
     memory_append,
     memory_request,
     parse_facts,
@@ -49,6 +50,7 @@ from actors.context import (
     summary_request,
     summary_text,
 )
+from actors.conversation import TreeMirror, history_at, resolve_node, tree_nodes
 from actors.engine_tools import (
     ASK_USER_QUESTION,
     ENGINE_TOOLS,
@@ -92,16 +94,26 @@ from actors.redact import Redactor, StreamRedactor
 from actors.runtime import ActorSystem, AskResult, Envelope, TetherActor
 from actors.titles import clean_title, title_request, wants_title
 from events.application import TetherApplication
+from events.forest import Forest, ForestError
 from events.messages import (
     Accepted,
     ApprovalRequest,
+    AssistantNode,
     BarrierCheck,
     BarrierResult,
+    Branched,
+    BranchTo,
     CancelInteractions,
     ChannelMessage,
     ChatText,
     ContentBlock,
+    EditNode,
+    ErrorKind,
     ErrorReply,
+    Generate,
+    GenerationDone,
+    GenerationError,
+    GenerationEvent,
     InteractionAnswer,
     InteractionOpened,
     InteractionSettled,
@@ -111,12 +123,18 @@ from events.messages import (
     Mode,
     PlanAnswer,
     PlanReviewRequest,
+    ProviderRequest,
+    ProviderResponse,
     QuestionRequest,
     Reminder,
     StreamDelta,
     TextBlock,
     ToolProposal,
+    ToolResultBlock,
+    ToolResultNode,
     ToolUseBlock,
+    TreeQuery,
+    TreeView,
     Usage,
     UserMessage,
     Verdict,
@@ -335,6 +353,19 @@ class SessionActor(TetherActor):
         self.retries = 0
         self.retry_at: dt.datetime | None = None
         self.titling = False
+        self.forest: Forest
+        self.mirror: TreeMirror
+        self.gen: Generate | None = None
+        """The Generate request the running turn answers (None: a user message's turn)."""
+        self.completions_left = 0
+        self.alternative = False
+        """The running model call is another completion of ``self.request``."""
+        self.alt_parent = ""
+        """The node the turn's completions answer."""
+        self.request: ModelRequest | None = None
+        self.gen_seq = 0
+        self.turn_nodes: list[str] = []
+        self.generation_subject = self.subjects.generation(session_id)
         self.compaction: CompactionPlan | None = None
         self.workspace_texts = WorkspaceTexts()
         self.stream_subject = self.subjects.stream(session_id)
@@ -367,9 +398,13 @@ class SessionActor(TetherActor):
                     self.config.mode), reason="the configured starting mode")
             self.app.save(session)
         self.session = session
+        self.forest = self.app.forest(self.session_id) or Forest(session_id=self.session_id)
+        self.mirror = TreeMirror(self.forest)
+        self.gen = None
         self.phase = "idle"
         self.tool_queue.clear()
         self.last_input = self.last_activity = self.clock.now()
+        self._sync_tree(publish=False)
         if session.in_turn and session.status not in FINISHED:
             # The process (or this actor) stopped mid-turn: the turn is lost. Answer every
             # tool call left without a result, so the history stays valid for the model,
@@ -415,6 +450,14 @@ class SessionActor(TetherActor):
             self._on_title(message)
         elif isinstance(message, CompactionDone):
             self._on_compacted(message)
+        elif isinstance(message, TreeQuery):
+            self._sync_tree(publish=False)
+            self.reply(envelope, TreeView(session_id=self.session_id, cursor=self.mirror.cursor,
+                                          nodes=tree_nodes(self.forest.state)))
+        elif isinstance(message, (BranchTo, EditNode)):
+            self.reply(envelope, self._move(message))
+        elif isinstance(message, Generate):
+            self._on_generate(message, envelope)
         elif isinstance(message, KillSession):
             self._kill(message.reason)
             self.reply(envelope, Killed(session_id=self.session_id, found=True))
@@ -558,6 +601,7 @@ class SessionActor(TetherActor):
         self._begin_turn()
 
     def _receive(self, text: str, channel: str, user: str) -> None:
+        self.gen = None
         resumed = self.session.status in FINISHED
         self.session.receive_user_message(text=text, channel=channel, user=user)
         if self.session.status != "running":
@@ -583,6 +627,10 @@ class SessionActor(TetherActor):
         self.turn_usage = Usage()
         self.unchecked_retries = 0
         self.reminders = []
+        self.gen_seq = 0
+        self.turn_nodes = []
+        self.alternative = False
+        self.completions_left = self.gen.n - 1 if self.gen is not None else 0
         self._next_call()
 
     def _next_call(self) -> None:
@@ -667,16 +715,117 @@ class SessionActor(TetherActor):
         self.done = None
         self.phase = "streaming"
         self._publish("turn_start")
-        request = build_request(
-            self.session.history,
-            model=self.config.model,
-            tools=self._tool_definitions(),
-            max_tokens=self.config.max_tokens,
-            system=self._system_text(),
-            window=self.config.context_window,
-        )
+        if self.alternative and self.request is not None:
+            request = self.request  # another completion of the same context, built once
+        else:
+            self._sync_tree()
+            self.alt_parent = self.mirror.cursor
+            request = self.request = build_request(
+                self.session.history,
+                model=self.config.model,
+                tools=self._tool_definitions(),
+                max_tokens=self.config.max_tokens,
+                system=self._system_text(),
+                window=self.config.context_window,
+            )
+        self._emit(ProviderRequest, model=request.model, messages=len(request.messages),
+                   input_tokens=estimate_request_tokens(request.system, request.messages,
+                                                        request.tools),
+                   max_tokens=request.max_tokens, tools=[t["name"] for t in request.tools])
         generation, ref, provider = self.generation, self.actor_ref, self.provider
         self.task = self.bus.spawn(lambda: pump_model(provider, request, generation, ref))
+
+    # --- the conversation tree and generation events -----------------------------------
+
+    def _root_prompt(self) -> str:
+        """The system prompt whose root the session's messages hang under."""
+        return self.session.system_prompt or self.config.system_prompt
+
+    def _sync_tree(self, publish: bool = True) -> None:
+        """Mirror the history's complete messages into the tree (saved); with
+        ``publish``, say which assistant messages and tool results it placed."""
+        placed = self.mirror.sync(self._root_prompt(), self.session.history)
+        self._save_tree()
+        if not publish:
+            return
+        for node, parent, turn in placed:
+            if turn.role == "assistant":
+                if node not in self.turn_nodes:
+                    self.turn_nodes.append(node)
+                self._emit(AssistantNode, node_id=node, parent_id=parent,
+                           content=list(turn.content))
+                continue
+            for block in turn.content:
+                if isinstance(block, ToolResultBlock):
+                    self._emit(ToolResultNode, node_id=node, call_id=block.tool_use_id,
+                               is_error=block.is_error, content=block.content)
+
+    def _save_tree(self) -> None:
+        if self.forest.pending_events:
+            self.app.save(self.forest)
+
+    def _emit(self, event: type[GenerationEvent], /, **fields: Any) -> None:
+        """Publish one generation event of the running turn."""
+        self.gen_seq += 1
+        self.send(self.generation_subject, event(
+            session_id=self.session_id, turn=self.session.completed_turns, seq=self.gen_seq,
+            **fields))
+
+    def _move(self, message: BranchTo | EditNode) -> Branched | ErrorReply:
+        """Branch (or edit, then branch) to a node of the tree: the session's history
+        becomes the path to it. Only between turns."""
+        if self.phase != "idle" or self.session.queued:
+            return ErrorReply(error="busy", reason="a turn is running; try again when it "
+                              "is done (or /stop it)")
+        self._refresh()
+        self._sync_tree(publish=False)
+        try:
+            node_id = resolve_node(self.forest.state, message.node_id)
+            if isinstance(message, EditNode):
+                node_id = self.forest.edit(node_id, message.text)
+            history = history_at(self.forest.state, node_id)
+        except (LookupError, ForestError) as exc:
+            self._save_tree()  # an edit that was made stays, even if no session can stand there
+            return ErrorReply(error="tree", reason=str(exc))
+        self._save_tree()
+        verb = "edited" if isinstance(message, EditNode) else "branched"
+        self.session.move_to(node_id=node_id, history=history,
+                             reason=f"{verb} by {message.user}")
+        self.app.save(self.session)
+        self._sync_tree(publish=False)
+        return Branched(session_id=self.session_id, node_id=node_id,
+                        messages=len(self.session.history))
+
+    def _on_generate(self, message: Generate, envelope: Envelope | None) -> None:
+        """Answer the history as it stands, with no new user message (refused with a
+        reason when the session is busy or the request cannot be served)."""
+        self._refresh()
+        history = self.session.history
+        why = ""
+        if self.phase != "idle" or self.session.queued:
+            why = "a turn is running; generate when it is done (or /stop it)"
+        elif message.n > 1 and message.tools:
+            why = (f"{message.n} completions cannot run with tools active: ask for one, or "
+                   "turn tools off (tether generate --no-tools)")
+        elif self.session.budget_exhausted:
+            why = f"session {self.session.name} spent its budget"
+        elif not history or history[-1].role != "user":
+            why = ("nothing to answer: the session stands at an assistant message (or has "
+                   "none); send a message, or branch to a user message first")
+        if why:
+            self.reply(envelope, ErrorReply(error="generate_refused", reason=why))
+            return
+        resumed = self.session.status in FINISHED
+        self.session.start_generation(n=message.n, tools=message.tools,
+                                      max_tool_iterations=message.max_tool_iterations,
+                                      user=message.user)
+        if self.session.status != "running":
+            self._set_status("running", "resumed" if resumed else "generate")
+        self.app.save(self.session)
+        self.last_input = self.clock.now()
+        self.reply(envelope, Accepted(session_id=self.session_id))
+        self.gen = message
+        self._begin_turn()
 
     def _assemble_prompt(self) -> None:
         """Build the system prompt from the workspace for this turn (redacted); record it
@@ -696,7 +845,10 @@ class SessionActor(TetherActor):
 
     def _tool_definitions(self) -> list[dict[str, Any]]:
         """What the model may call now: the loaded groups (all, without lazy loading),
-        the engine's own tools, and the meta-tools for what is not loaded yet."""
+        the engine's own tools, and the meta-tools for what is not loaded yet; nothing
+        in a generation asked for without tools."""
+        if self.gen is not None and not self.gen.tools:
+            return []
         groups = self._lazy()
         loaded = self.session.loaded_groups
         tools = self.tools.definitions(loaded if groups else None)
@@ -743,6 +895,7 @@ class SessionActor(TetherActor):
         elif isinstance(event, MessageDone):
             self.done = event
             self.task = None
+            self._emit(ProviderResponse, stop_reason=event.stop_reason, usage=event.usage)
             for (kind, index), stream in self.streams.items():
                 rest = stream.flush()  # what was held back while a secret could form
                 if rest:
@@ -808,6 +961,14 @@ class SessionActor(TetherActor):
         self, rules: list[str], reminder: str, source: str, context_mode: str = "discard"
     ) -> None:
         self._cancel_stream()
+        if self.alternative:
+            # Another completion broke a rule: it is dropped (never in the tree); the
+            # history, which holds the first completion, stays as it is.
+            log.info("session %s: a completion was dropped: rules %s", self.session_id,
+                     ", ".join(rules))
+            self.phase, self.done = "tools", None
+            self._next_tool()
+            return
         self.session.record_ttsr_interruption(
             rules=rules,
             reminder=reminder,
@@ -819,9 +980,44 @@ class SessionActor(TetherActor):
         self.app.save(self.session)
         self._call_model()
 
+    def _over_budget(self) -> bool:
+        """The session spent more than its budget: fail it (unanswered calls refused)."""
+        spent = self.session.cost_usd + self._turn_cost()
+        budget = self.session.budget_usd
+        if budget <= 0 or spent <= budget:
+            return False
+        self.session.exhaust_budget(cost_usd=spent, budget_usd=budget)
+        self._refuse_pending(f"not run: the session's ${budget:.2f} budget is spent")
+        self._record_failure(f"budget exhausted: ${spent:.4f} spent of ${budget:.2f}",
+                             finish=True, kind="budget")
+        return True
+
+    def _commit_alternative(self, done: MessageDone) -> None:
+        """Another completion: its own branch under the node the first one answers."""
+        content = [self._redact_block(b) for b in done.content]
+        node = self.forest.append(self.alt_parent, "assistant", content)
+        self.session.add_alternative(content=content, stop_reason=done.stop_reason,
+                                     usage=done.usage, node_id=node)
+        self.turn_usage = Usage(
+            self.turn_usage.input_tokens + done.usage.input_tokens,
+            self.turn_usage.output_tokens + done.usage.output_tokens,
+        )
+        if self._over_budget():
+            return
+        self._save_tree()
+        self.app.save(self.session)
+        if node != self.alt_parent and node not in self.turn_nodes:
+            self.turn_nodes.append(node)
+            self._emit(AssistantNode, node_id=node, parent_id=self.alt_parent, content=content)
+        self.phase, self.tool_queue = "tools", deque()
+        self._next_tool()
+
     def _commit_message(self) -> None:
         done = self.done
         assert done is not None
+        if self.alternative:
+            self._commit_alternative(done)
+            return
         self.session.append_assistant_message(
             content=[self._redact_block(b) for b in done.content],
             stop_reason=done.stop_reason,
@@ -833,15 +1029,10 @@ class SessionActor(TetherActor):
             self.turn_usage.output_tokens + done.usage.output_tokens,
         )
         self.rounds += 1
-        spent = self.session.cost_usd + self._turn_cost()
-        budget = self.session.budget_usd
-        if budget > 0 and spent > budget:
-            self.session.exhaust_budget(cost_usd=spent, budget_usd=budget)
-            self._refuse_pending(f"not run: the session's ${budget:.2f} budget is spent")
-            self._record_failure(f"budget exhausted: ${spent:.4f} spent of ${budget:.2f}",
-                                 finish=True)
+        if self._over_budget():
             return
         self.app.save(self.session)
+        self._sync_tree()
         said = "".join(b.text for b in done.content if isinstance(b, TextBlock)).strip()
         if said:
             self.plan.streamed = self.redactor.text(said)
@@ -859,12 +1050,25 @@ class SessionActor(TetherActor):
 
     def _next_tool(self) -> None:
         if not self.tool_queue:
+            self._sync_tree()  # the message of results is complete: into the tree
+            gen = self.gen
             if not self.session.pending_tool_calls() and self._last_stop() != "tool_use":
                 if self.session.mode == "plan" and self.plan.touched and not self.plan.exited:
                     # A plan file was written but ExitPlanMode never called: review anyway.
                     self._open_review(f"plan-{self.generation}", is_call=False)
                     return
+                if self.completions_left > 0:
+                    self.completions_left -= 1
+                    self.alternative = True
+                    self._call_model()
+                    return
                 self._complete_turn("end_turn")
+            elif gen is not None and self.rounds > gen.max_tool_iterations:
+                self._refuse_pending("not run: the generation reached its tool-iteration limit")
+                self._record_failure(
+                    f"the generation fed tool results back {gen.max_tool_iterations} times, "
+                    "its limit (max_tool_iterations); it stopped before calling the model "
+                    "again", kind="tool_iteration_limit")
             elif self.rounds >= self.config.round_limit:
                 self._complete_turn("round_limit")
             else:
@@ -1186,24 +1390,31 @@ class SessionActor(TetherActor):
         )
         self._turn_ended("the turn is done", "completed")
         self.app.save(self.session)
+        self._sync_tree()
+        self._emit(GenerationDone, nodes=list(self.turn_nodes), stop=stop)
+        self.gen = None
         if take_queued:
             self._idle()
         else:
             self.phase = "idle"
             self.tool_queue.clear()
 
-    def _record_failure(self, error: str, finish: bool = False) -> None:
-        """The turn failed with ``error``; ``finish``: so does the session."""
+    def _record_failure(self, error: str, finish: bool = False,
+                        kind: ErrorKind = "failed") -> None:
+        """The turn failed with ``error`` of ``kind``; ``finish``: so does the session."""
         self._cancel_interactions(error)
         self._cancel_stream()
         self._add_reminders()
-        self.session.fail_turn(error=error, cost_usd=self._turn_cost())
+        self.session.fail_turn(error=error, cost_usd=self._turn_cost(), kind=kind)
         self.turn_usage = Usage()
         if finish:
             self._set_status("failed", error)
         else:
             self._turn_ended(f"the turn failed: {error}", "failed")
         self.app.save(self.session)
+        self._sync_tree()
+        self._emit(GenerationError, kind=kind, message=error)
+        self.gen = None
         self._idle()
 
     def _stop_turn(self, why: str) -> None:
@@ -1212,7 +1423,7 @@ class SessionActor(TetherActor):
         self._refuse_pending(f"not run: {why}")
         self.tool_queue.clear()
         self.generation = -1  # what is still on its way (deltas, a tool's result) is dropped
-        self._record_failure(why)
+        self._record_failure(why, kind="aborted")
 
     def _maybe_title(self) -> None:
         """Once the session has enough messages and no title, ask for one (background)."""
@@ -1260,7 +1471,7 @@ class SessionActor(TetherActor):
         retried too often, ends the turn with the error."""
         if not failed.transient or self.retries >= self.config.provider_retries:
             tried = f" (after {self.retries} retries)" if self.retries else ""
-            self._record_failure(f"{failed.error}{tried}")
+            self._record_failure(f"{failed.error}{tried}", kind="provider")
             return
         self.retries += 1
         delay = float(2 ** (self.retries - 1))
@@ -1315,6 +1526,7 @@ class SessionActor(TetherActor):
 
     def _kill(self, reason: str) -> None:
         self._refresh()
+        in_turn = self.phase != "idle"
         self._cancel_interactions(reason)
         self._cancel_stream()
         self.reminders = []
@@ -1323,6 +1535,10 @@ class SessionActor(TetherActor):
         if self.session.status != "killed":
             self._set_status("killed", reason)
         self.app.save(self.session)
+        self._sync_tree()
+        if in_turn:
+            self._emit(GenerationError, kind="aborted", message=f"killed: {reason}")
+        self.gen = None
         self.phase = "idle"
         self.generation = -1
 

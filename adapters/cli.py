@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -223,15 +224,85 @@ def cmd_fork(args: argparse.Namespace) -> int:
     from actors.runtime import ask
     from events.messages import Accepted, ForkSession
 
+    at = args.at or ""
+    request = (ForkSession(session_id=args.session, at_version=int(at)) if at.isdigit()
+               else ForkSession(session_id=args.session, at_node=at))
     bus, subjects = _remote(_settings(args))
     try:
-        forked = ask(bus, subjects.manager, ForkSession(
-            session_id=args.session, at_version=args.at or 0), Accepted,
-            timeout=15)
+        forked = ask(bus, subjects.manager, request, Accepted, timeout=15)
     finally:
         bus.close()
     print(f"forked {args.session} into {forked.session_id}; continue with: tether chat "
           f"--remote --session {forked.session_id}")
+    return 0
+
+
+def cmd_tree(args: argparse.Namespace) -> int:
+    from actors.conversation import render_tree
+    from actors.runtime import ask
+    from events.messages import TreeQuery, TreeView
+
+    bus, subjects = _remote(_settings(args))
+    try:
+        view = ask(bus, subjects.manager, TreeQuery(session_id=args.session), TreeView,
+                   timeout=15)
+    finally:
+        bus.close()
+    if args.json:
+        print(msgspec.json.encode(view).decode())
+        return 0
+    if not view.nodes:
+        print(f"session {view.session_id} has no messages yet")
+        return 0
+    for line in render_tree(view.nodes, view.cursor, width=shutil.get_terminal_size().columns):
+        print(line)
+    print(f"\n* = where session {view.session_id} stands ({view.cursor[:8]}); | = its path. "
+          "Move with: tether branch SESSION NODE")
+    return 0
+
+
+def cmd_branch(args: argparse.Namespace) -> int:
+    from events.messages import BranchTo
+
+    return _move(args, BranchTo(session_id=args.session, node_id=args.node))
+
+
+def cmd_edit(args: argparse.Namespace) -> int:
+    from events.messages import EditNode
+
+    text = sys.stdin.read() if args.text == "-" else args.text
+    return _move(args, EditNode(session_id=args.session, node_id=args.node, text=text))
+
+
+def _move(args: argparse.Namespace, request: Any) -> int:
+    from actors.runtime import ask
+    from events.messages import Branched
+
+    bus, subjects = _remote(_settings(args))
+    try:
+        moved = ask(bus, subjects.manager, request, Branched, timeout=15)
+    finally:
+        bus.close()
+    print(f"session {moved.session_id} now stands at {moved.node_id[:8]} "
+          f"({moved.messages} messages); its next message continues from there "
+          f"(or: tether generate {moved.session_id})")
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from actors.runtime import ask
+    from events.messages import Accepted, Generate
+
+    bus, subjects = _remote(_settings(args))
+    try:
+        accepted = ask(bus, subjects.manager, Generate(
+            session_id=args.session, n=args.n, tools=not args.no_tools,
+            max_tool_iterations=args.max_tool_iterations), Accepted, timeout=15)
+    finally:
+        bus.close()
+    print(f"generating in {accepted.session_id}: {args.n} completion"
+          f"{'s' if args.n != 1 else ''}; follow with tether chat --remote --session "
+          f"{accepted.session_id}, then tether tree {accepted.session_id}")
     return 0
 
 
@@ -600,8 +671,36 @@ def build_parser() -> argparse.ArgumentParser:
     fork = add("fork", "start a new session from another's history, up to an event, on the "
                "running engine", cmd_fork)
     fork.add_argument("session", help="session id or name")
-    fork.add_argument("--at", type=int, metavar="EVENT",
-                      help="the last event to copy (default: the latest; see tether events)")
+    fork.add_argument("--at", metavar="EVENT|NODE",
+                      help="an event number: the last event to copy (see tether events); or a "
+                           "node of the session's tree (id prefix or bookmark; see tether "
+                           "tree): the fork continues from that message (default: the latest)")
+    tree = add("tree", "print a session's conversation tree, where it stands marked, from "
+               "the running engine", cmd_tree)
+    tree.add_argument("session", help="session id or name")
+    tree.add_argument("--json", action="store_true", help="the TreeView message as JSON")
+    branch = add("branch", "move a session to a node of its tree: its history becomes the "
+                 "path to that node, and its next message continues from there", cmd_branch)
+    branch.add_argument("session", help="session id or name")
+    branch.add_argument("node", help="node id (a unique prefix of 4 or more characters) or "
+                                     "bookmark, as tether tree shows")
+    edit = add("edit", "edit a text message of a session's tree (in place when nothing "
+               "follows it, else as a new branch) and move the session there", cmd_edit)
+    edit.add_argument("session", help="session id or name")
+    edit.add_argument("node", help="node id (prefix) or bookmark of the message to edit")
+    edit.add_argument("text", help="the new text ('-' reads it from standard input)")
+    generate = add("generate", "answer a session's history as it stands, with no new "
+                   "message (after tether branch or edit); several completions become "
+                   "branches", cmd_generate)
+    generate.add_argument("session", help="session id or name")
+    generate.add_argument("-n", type=int, default=1, choices=range(1, 17), metavar="N",
+                          help="completions to generate, 1 to 16 (more than 1 needs "
+                               "--no-tools; default 1)")
+    generate.add_argument("--no-tools", action="store_true",
+                          help="offer the model no tools")
+    generate.add_argument("--max-tool-iterations", type=int, default=5, metavar="K",
+                          help="times tool results may be fed back before the generation "
+                               "stops with an error (default 5)")
     events = add("events", "print a session's stored event timeline", cmd_events)
     events.add_argument("session", help="session id or name")
     events.add_argument("--json", action="store_true", help="one JSON object per event")

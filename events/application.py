@@ -21,6 +21,7 @@ from eventsourcing.utils import get_topic
 
 from events.decisions import ToolDecision
 from events.deliveries import Deliveries
+from events.forest import Forest, forest_uuid
 from events.inbox import RefusedMessage
 from events.interactions import Interaction
 from events.mapper import MsgspecMapper
@@ -38,6 +39,7 @@ AGGREGATE_NAMES: dict[type, str] = {
     RefusedMessage: "refusal",
     Interaction: "interaction",
     Deliveries: "delivery",
+    Forest: "forest",
 }
 """Short aggregate names used in relayed subjects (``<ns>.evt.<name>.<id>.<event>``)."""
 
@@ -112,6 +114,10 @@ class TetherApplication(Application[uuid.UUID]):
         append between an actor's turns); reads only the newer events."""
         caught_up: A = _project(aggregate, self.events.get(aggregate.id, gt=aggregate.version))
         return caught_up
+
+    def forest(self, session_id: str) -> Forest | None:
+        """The conversation tree of a session, or None if nothing was mirrored yet."""
+        return self.load(forest_uuid(session_id), Forest)
 
     def rule_log(self, session_id: str) -> RuleLog | None:
         """The TTSR rule log of a session, or None if no rule fired yet."""

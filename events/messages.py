@@ -189,10 +189,14 @@ class KillSession(Message):
 
 class ForkSession(Message):
     """Start a new session whose history is ``session_id``'s (id or name) up to its event
-    ``at_version`` (0: the latest). Answered with Accepted naming the new session."""
+    ``at_version`` (0: the latest), or the path to its tree's node ``at_node``. Answered
+    with Accepted naming the new session."""
 
     session_id: Token
     at_version: Annotated[int, msgspec.Meta(ge=0)] = 0
+    at_node: str = ""
+    """A node of the source's conversation tree (its id, a unique prefix, or a bookmark):
+    the fork's history is the path to it. Not together with ``at_version``."""
     channel: OptionalToken = ""
     """Where to report a refusal and the fork's home channel; empty: none yet (its
     background notices go to the configured working-directory map or fallback until
@@ -250,6 +254,158 @@ class StreamDelta(Message):
     block: int = 0
     channel: OptionalToken = ""
     turn: int = 0
+
+
+# --- generation events (session -> anyone on <ns>.session.<id>.events) ------------------
+#
+# Published as the loop goes, in order: for each model call provider_request then
+# provider_response then assistant_node; one tool_result_node per tool result once the
+# message of results is complete; the turn (or generation) ends with one
+# generation_done or one generation_error. Core NATS, not stored: each is derived from
+# stored session and forest events, which a replay reads instead.
+
+
+class GenerationEvent(Message):
+    """Common fields: the session, the turn it belongs to (turns completed before it,
+    counted from 0) and the event's number in that turn (from 1)."""
+
+    session_id: Token
+    turn: int
+    seq: int
+
+
+class ProviderRequest(GenerationEvent):
+    """A model call is made: what it sends."""
+
+    model: str
+    messages: int
+    input_tokens: int
+    """Estimated from the text's length."""
+    max_tokens: int
+    """After clamping (at least 1)."""
+    tools: list[str]
+
+
+class ProviderResponse(GenerationEvent):
+    """The model call's answer was complete."""
+
+    stop_reason: str
+    usage: Usage
+
+
+class AssistantNode(GenerationEvent):
+    """An assistant message was appended to the conversation tree at ``node_id``."""
+
+    node_id: str
+    parent_id: str
+    content: list[ContentBlock]
+
+
+class ToolResultNode(GenerationEvent):
+    """A tool result is in the conversation tree: ``node_id`` is the message of results
+    that holds it (one per assistant message whose calls it answers)."""
+
+    node_id: str
+    call_id: str
+    is_error: bool
+    content: str
+
+
+class GenerationDone(GenerationEvent):
+    """The turn ended normally: ``nodes`` are the assistant nodes it appended (one per
+    completion when several were asked for), ``stop`` why it ended."""
+
+    nodes: list[str]
+    stop: str
+
+
+ErrorKind = Literal["aborted", "tool_iteration_limit", "provider", "budget", "failed"]
+
+
+class GenerationError(GenerationEvent):
+    """The turn ended with an error of ``kind``: ``aborted`` (stopped or killed; no model
+    call follows), ``tool_iteration_limit`` (a generation's tool loop ran past its limit),
+    ``provider`` (the model call failed), ``budget`` or ``failed`` (anything else)."""
+
+    kind: ErrorKind
+    message: str
+
+
+AnyGenerationEvent = (
+    ProviderRequest | ProviderResponse | AssistantNode | ToolResultNode | GenerationDone
+    | GenerationError
+)
+
+
+# --- the conversation tree (requests to a session on its subject) -----------------------
+
+
+class TreeQuery(Message):
+    """Ask a session for its conversation tree (answered with TreeView)."""
+
+    session_id: Token
+
+
+class TreeNode(msgspec.Struct, kw_only=True):
+    """One node of a TreeView: ``depth`` from its root (0), children in order."""
+
+    node_id: str
+    parent_id: str
+    role: str
+    depth: int
+    text: str
+    """The node's text, or a line naming its tool blocks."""
+    children: int
+    bookmarks: list[str] = msgspec.field(default_factory=list)
+
+
+class TreeView(Message):
+    """A session's tree, depth first, and the node its history ends at (its cursor)."""
+
+    session_id: str
+    cursor: str
+    nodes: list[TreeNode]
+
+
+class BranchTo(Message):
+    """Move the session to ``node_id`` of its tree: its history becomes the path to it,
+    and its next message continues from there. Answered with Branched or ErrorReply."""
+
+    session_id: Token
+    node_id: Text
+    user: str = "user"
+
+
+class EditNode(Message):
+    """Edit a text node of the session's tree (in place without children, else as a
+    branch) and move the session there. Answered with Branched or ErrorReply."""
+
+    session_id: Token
+    node_id: Text
+    text: str
+    user: str = "user"
+
+
+class Generate(Message):
+    """Generate the next assistant message from the session's position with no new user
+    message: ``n`` completions (each its own branch; several only with ``tools`` off),
+    at most ``max_tool_iterations`` rounds of tool results fed back (0: none allowed when
+    tools are on). Answered with Accepted, or ErrorReply when refused."""
+
+    session_id: Token
+    n: Annotated[int, msgspec.Meta(ge=1, le=16)] = 1
+    tools: bool = True
+    max_tool_iterations: Annotated[int, msgspec.Meta(ge=0)] = 5
+    channel: OptionalToken = ""
+    user: str = "user"
+
+
+class Branched(Message):
+    """The session now stands at ``node_id`` (its history holds ``messages`` messages)."""
+
+    session_id: str
+    node_id: str
+    messages: int
 
 
 # --- TTSR monitor -----------------------------------------------------------------------
@@ -456,8 +612,14 @@ class RelayedEvent(msgspec.Struct, kw_only=True):
 
 
 InboxMessage = UserMessage
-ManagerMessage = ListSessions | KillSession | ForkSession | UserMessage
-SessionMessage = UserMessage | Interrupt | KillSession | InteractionSettled
+ManagerMessage = (
+    ListSessions | KillSession | ForkSession | UserMessage | TreeQuery | BranchTo | EditNode
+    | Generate
+)
+SessionMessage = (
+    UserMessage | Interrupt | KillSession | InteractionSettled | TreeQuery | BranchTo
+    | EditNode | Generate
+)
 MonitorMessage = BarrierCheck
 GatekeeperMessage = ToolProposal
 InteractionMessage = (

@@ -304,6 +304,28 @@ class Session(Aggregate):
         self.history = [Turn(t.role, list(t.content)) for t in history]
         self.fired_rules = list(fired_rules)
 
+    @event("GenerationStarted")
+    def start_generation(self, n: int, tools: bool, max_tool_iterations: int,
+                         user: str) -> None:
+        """A turn starts with no new user message: the model answers the history as it
+        stands (``tether generate``), ``n`` completions, tools on or off."""
+        self.in_turn = True
+        self.waiting = False
+
+    @event("AlternativeGenerated")
+    def add_alternative(self, content: list[ContentBlock], stop_reason: str, usage: Usage,
+                        node_id: str) -> None:
+        """Another completion of the same request, kept as its own branch of the tree
+        (``node_id``) and not in the history; its tokens count."""
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+
+    @event("MovedTo")
+    def move_to(self, node_id: str, history: list[Turn], reason: str) -> None:
+        """The session now stands at ``node_id`` of its tree (``tether branch`` or
+        ``edit``): its history is the path to it, recorded whole so a replay needs no tree."""
+        self.history = [Turn(t.role, list(t.content)) for t in history]
+
     @event("TurnCompleted")
     def complete_turn(self, rounds: int, usage: Usage, cost_usd: float, stop: str) -> None:
         self.turns += 1
@@ -312,14 +334,17 @@ class Session(Aggregate):
         self.in_turn = False
 
     class TurnFailed(Aggregate.Event):
-        """Declared explicitly so that ``cost_usd``, added later, has a default."""
+        """Declared explicitly so that ``cost_usd`` and ``kind``, added later, have
+        defaults."""
 
         error: str
         cost_usd: float = 0.0
+        kind: str = "failed"
 
     @event(TurnFailed)
-    def fail_turn(self, error: str, cost_usd: float = 0.0) -> None:
-        """The turn ended with ``error``; what it spent until then still counts."""
+    def fail_turn(self, error: str, cost_usd: float = 0.0, kind: str = "failed") -> None:
+        """The turn ended with ``error`` of ``kind`` (aborted, tool_iteration_limit,
+        provider, budget or failed); what it spent until then still counts."""
         self.turns += 1
         self.cost_usd += cost_usd
         self.in_turn = False

@@ -61,6 +61,11 @@ class Subjects:
         """Live deltas of one session (core NATS, not stored)."""
         return f"{self.session(session_id)}.stream"
 
+    def generation(self, session_id: str) -> str:
+        """Generation events of one session: provider request and response, nodes, done
+        or error (core NATS, not stored)."""
+        return f"{self.session(session_id)}.events"
+
     @property
     def all_streams(self) -> str:
         """Wildcard matching every session's stream."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 COMMANDS = ["config", "serve", "chat", "demo", "sessions", "kill", "fork", "events", "replay",
-            "stats", "telegram", "fake-llm"]
+            "stats", "telegram", "fake-llm", "tree", "branch", "edit", "generate"]
 
 
 def tether(*args: str, env: dict[str, str] | None = None, stdin: str = "") -> tuple[int, str, str]:

@@ -35,6 +35,9 @@ def full_session(sid: str = "abc123") -> Session:
                 channel="terminal")
     s.run_command(name="status", args="", user="ana", channel="web", result="ok")
     s.clear_context()
+    s.compact_history(summary="[Previous conversation summary: a login fix.]", replaced=0,
+                      tokens_before=9000, tokens_after=3000, budget=12000, cost_usd=0.0)
+    s.move_to(node_id="n1", history=[], reason="branched by ana")
     s.change_workspace(path="/ws")
     s.change_mode(mode="plan", auto_approve=[], reason="/plan")
     s.propose_plan(plan="1. read a.py", source="file", call_id="", plan_file="/ws/p.md")
@@ -76,7 +79,12 @@ def full_session(sid: str = "abc123") -> Session:
                     stop="end_turn")
     s.queue_user_message(text="and the logout", channel="web", user="ana")
     s.add_ttsr_reminder(rules=["no-rm"], reminder="Remember: never delete the root.")
-    s.fail_turn(error="provider timed out")
+    s.fail_turn(error="provider timed out", kind="provider")
+    s.flush_memory(path="/ws/MEMORY.md", facts=["Logins use OAuth."], heading="## 2026-01-01")
+    s.fail_compaction(error="overloaded", cost_usd=0.0)
+    s.start_generation(n=2, tools=False, max_tool_iterations=5, user="ana")
+    s.add_alternative(content=[TextBlock("Another fix.")], stop_reason="end_turn",
+                      usage=Usage(input_tokens=0, output_tokens=0), node_id="n3")
     s.signal_waiting(reason="the turn failed")
     s.exhaust_budget(cost_usd=1.5, budget_usd=1.0)
     s.record_actor_failure(error="boom")
@@ -91,7 +99,8 @@ SESSION_EVENT_NAMES = {
     "TtsrReminderAdded", "FilesSnapshotted", "FilesRestored", "CommandRun", "ContextCleared",
     "WorkspaceChanged", "ModeChanged", "PlanProposed", "PlanReviewed", "WaitingForInput",
     "BudgetExhausted", "Forked", "SystemPromptSet", "ToolsLoaded",
-    "ProviderRetried", "TitleSet",
+    "ProviderRetried", "TitleSet", "HistoryCompacted", "MemoryFlushed", "CompactionFailed",
+    "MovedTo", "GenerationStarted", "AlternativeGenerated",
 }
 
 
@@ -114,7 +123,7 @@ def test_session_reloaded_from_store_equals_original(app: TetherApplication) -> 
 
     assert loaded is not None
     assert loaded == original
-    assert loaded.version == 34
+    assert loaded.version == 40
     assert loaded.status == "completed"
     assert (loaded.turns, loaded.input_tokens, loaded.output_tokens) == (2, 320, 45)
     assert loaded.cost_usd == pytest.approx(0.0123)
@@ -147,7 +156,7 @@ def test_events_come_back_typed(app: TetherApplication) -> None:
 
     events = app.session_events("abc123")
 
-    assert [e.originator_version for e in events] == list(range(1, 35))
+    assert [e.originator_version for e in events] == list(range(1, 41))
     for e in events:
         assert isinstance(e.originator_id, uuid.UUID)
         assert e.originator_id == session_uuid("abc123")
@@ -166,7 +175,7 @@ def test_stored_state_is_json(app: TetherApplication) -> None:
 
     stored = app.recorder.select_events(session_uuid("abc123"))
 
-    assert len(stored) == 34
+    assert len(stored) == 40
     states = [(s.topic.rsplit(".", 1)[-1], json.loads(s.state)) for s in stored]
     by_topic: dict[str, Any] = {}
     for name, state in states:
@@ -189,8 +198,8 @@ def test_session_at_version_is_a_replay(app: TetherApplication) -> None:
     app.save(original)
 
     first = app.session("abc123", version=1)
-    third = app.session("abc123", version=15)
-    fourth = app.session("abc123", version=16)
+    third = app.session("abc123", version=17)
+    fourth = app.session("abc123", version=18)
 
     assert first is not None and third is not None and fourth is not None
     assert (first.version, first.status, first.history) == (1, "starting", [])
@@ -290,6 +299,6 @@ def test_state_round_trip_through_msgspec_is_stable(app: TetherApplication) -> N
 
     again = app.session("s2")
     assert again is not None
-    assert again.version == 35
+    assert again.version == 41
     assert again.history[-1] == Turn("user", [TextBlock("again")])
     assert msgspec.json.encode(again.history) == msgspec.json.encode(loaded.history)

@@ -388,6 +388,10 @@ responses:
     sid = say(host, "start please")
     first = deltas.get(timeout=10)
     assert first.kind == "turn_start"
+    # Wait until the model streams, so the first response is served: an interrupt that
+    # cancels the call before its request reaches the server would leave that response
+    # for the retry, which would be interrupted in turn.
+    assert deltas.get(timeout=10).kind == "text"
     # Duplicates of the monitor's interrupt (a re-delivery, say) for the same generation.
     for _ in range(3):
         host.bus.publish(host.subjects.session(sid), encode(Interrupt(

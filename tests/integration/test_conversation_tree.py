@@ -1,0 +1,356 @@
+"""The conversation tree and the generation engine, through a running engine: every
+message mirrored into the session's Forest, generation events in order on the session's
+event subject, branch/edit/generate/fork at a node, several completions as branches, the
+tool-iteration limit and an abort's single error."""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from actors.conversation import render_tree
+from actors.runtime import RemoteError, ask
+from adapters.host import Host
+from events.codec import Decoder
+from events.messages import (
+    Accepted,
+    AnyGenerationEvent,
+    AssistantNode,
+    Branched,
+    BranchTo,
+    EditNode,
+    ForkSession,
+    Generate,
+    GenerationDone,
+    GenerationError,
+    ToolResultNode,
+    TreeQuery,
+    TreeView,
+)
+from tests.conftest import Engine
+from tests.helpers import say, wait_until
+
+
+class GenerationWatcher:
+    """Every generation event of every session of a host, in arrival order."""
+
+    def __init__(self, host: Host) -> None:
+        self.events: queue.Queue[Any] = queue.Queue()
+        decoder: Decoder[Any] = Decoder(AnyGenerationEvent)
+        subject = f"{host.subjects.namespace}.session.*.events"
+        self._sub = host.bus.subscribe(subject, lambda m: self.events.put(
+            decoder.decode(m.data)))
+        host.bus.flush()
+
+    def until_end(self, timeout: float = 15.0) -> list[Any]:
+        """The events up to and including the next done or error."""
+        out: list[Any] = []
+        while True:
+            try:
+                event = self.events.get(timeout=timeout)
+            except queue.Empty:
+                raise AssertionError(f"no done or error; saw {kinds(out)}") from None
+            out.append(event)
+            if isinstance(event, (GenerationDone, GenerationError)):
+                return out
+
+
+def kinds(events: list[Any]) -> list[str]:
+    return [type(e).__name__ for e in events]
+
+
+def tree(host: Host, session: str) -> TreeView:
+    return ask(host.bus, host.subjects.manager, TreeQuery(session_id=session), TreeView,
+               timeout=10)
+
+
+def names(host: Host, sid: str) -> list[str]:
+    return [type(e).__name__ for e in host.app.session_events(sid)]
+
+
+TWO_TURNS = """
+responses:
+  - match: "look around"
+    blocks:
+      - text: "Listing."
+      - tool_use: {name: list_dir, input: {path: "."}}
+  - match: ". is empty"
+    blocks: [{text: "The folder is empty."}]
+  - match: "second"
+    blocks: [{text: "Second answer."}]
+  - match: "Edited question"
+    blocks: [{text: "Answer to the edit."}]
+  - match: "after the branch"
+    blocks: [{text: "Continued on the old branch."}]
+"""
+
+
+def test_generation_events_come_in_order_and_the_tree_mirrors_the_session(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    host, _, _ = engine(TWO_TURNS)
+    watcher = GenerationWatcher(host)
+    channel = watch_channel(host, "test")
+    sid = say(host, "look around")
+    channel.wait_for("completed")
+    events = watcher.until_end()
+    assert kinds(events) == [
+        "ProviderRequest", "ProviderResponse", "AssistantNode", "ToolResultNode",
+        "ProviderRequest", "ProviderResponse", "AssistantNode", "GenerationDone",
+    ]
+    assert [e.seq for e in events] == list(range(1, 9))
+    assert {e.session_id for e in events} == {sid}
+    first_request, listing, result, final, done = (
+        events[0], events[2], events[3], events[6], events[7])
+    assert first_request.messages == 1 and first_request.max_tokens >= 1
+    assert first_request.tools == ["AskUserQuestion", "load_tools"]  # lazy tools
+    assert isinstance(result, ToolResultNode) and result.content == ". is empty"
+    assert result.call_id == listing.content[1].id
+    assert isinstance(final, AssistantNode) and final.parent_id == result.node_id
+    assert done.nodes == [listing.node_id, final.node_id] and done.stop == "end_turn"
+
+    view = tree(host, sid)
+    assert view.cursor == final.node_id
+    assert [n.role for n in view.nodes] == ["system", "user", "assistant", "user", "assistant"]
+    assert [n.depth for n in view.nodes] == [0, 1, 2, 3, 4]
+    lines = render_tree(view.nodes, view.cursor)
+    assert lines[-1].startswith("* ") and "The folder is empty." in lines[-1]
+    assert lines[1].startswith("| ") and "look around" in lines[1]
+    assert "calls list_dir()" in lines[2] and "1 tool result" in lines[3]
+
+    # The tree is stored: a new engine reading the store sees the same nodes.
+    forest = host.app.forest(sid)
+    assert forest is not None and len(forest.state.nodes) == 5
+
+
+def test_edit_branches_generate_answers_and_branch_goes_back(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    host, _, llm = engine(TWO_TURNS)
+    watcher = GenerationWatcher(host)
+    channel = watch_channel(host, "test")
+    sid = say(host, "look around")
+    channel.wait_for("completed")
+    say(host, "second question", sid)
+    channel.wait_for("completed")
+    old = tree(host, sid)
+    question = next(n for n in old.nodes if n.text == "second question")
+
+    # Editing a message that has an answer branches: the session moves to the edit.
+    moved = ask(host.bus, host.subjects.manager, EditNode(
+        session_id=sid, node_id=question.node_id[:8], text="Edited question"), Branched)
+    assert moved.node_id != question.node_id and moved.messages == 5
+    session = host.app.session(sid)
+    assert session is not None and session.history[-1].content[0].text == "Edited question"  # type: ignore[union-attr]
+    assert "MovedTo" in names(host, sid)
+
+    while not watcher.events.empty():
+        watcher.events.get()
+    ask(host.bus, host.subjects.manager, Generate(session_id=sid), Accepted)
+    channel.wait_for("completed")
+    events = watcher.until_end()
+    assert kinds(events) == ["ProviderRequest", "ProviderResponse", "AssistantNode",
+                             "GenerationDone"]
+    assert events[2].parent_id == moved.node_id
+    sent = llm.requests[-1]["messages"]
+    assert sent[-1]["content"][-1]["text"] == "Edited question"
+    assert "second question" not in str(sent)
+    assert "GenerationStarted" in names(host, sid)
+
+    view = tree(host, sid)
+    siblings = [n for n in view.nodes if n.parent_id == question.parent_id]
+    assert [n.text for n in siblings] == ["second question", "Edited question"]
+    assert view.cursor == events[2].node_id
+
+    # Back to the old answer; the next message continues from there.
+    old_answer = next(n for n in view.nodes if n.text == "Second answer.")
+    back = ask(host.bus, host.subjects.manager,
+               BranchTo(session_id=sid, node_id=old_answer.node_id), Branched)
+    assert back.node_id == old_answer.node_id and back.messages == 6
+    say(host, "after the branch", sid)
+    channel.wait_for("completed")
+    sent = str(llm.requests[-1]["messages"])
+    assert "second question" in sent and "Edited question" not in sent
+    assert tree(host, sid).cursor != old_answer.node_id
+
+    # A fork at a node continues from it, in a new session.
+    forked = ask(host.bus, host.subjects.manager,
+                 ForkSession(session_id=sid, at_node=question.node_id), Accepted, timeout=10)
+    wait_until(lambda: host.app.session(forked.session_id) is not None, "the fork stored")
+    fork = host.app.session(forked.session_id)
+    assert fork is not None and fork.forked_from == sid
+    assert [t.role for t in fork.history] == ["user", "assistant", "user", "assistant", "user"]
+    assert fork.history[-1].content[0].text == "second question"  # type: ignore[union-attr]
+
+
+def test_tree_refusals_say_why(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    host, _, _ = engine(TWO_TURNS)
+    channel = watch_channel(host, "test")
+    sid = say(host, "look around")
+    channel.wait_for("completed")
+    view = tree(host, sid)
+    root, user, calls = view.nodes[0], view.nodes[1], view.nodes[2]
+
+    def refused(request: Any, match: str) -> None:
+        with pytest.raises(RemoteError, match=match):
+            ask(host.bus, host.subjects.manager, request, Branched)
+
+    refused(BranchTo(session_id=sid, node_id=root.node_id), "that is a root")
+    refused(BranchTo(session_id=sid, node_id=calls.node_id), "calls tools")
+    refused(BranchTo(session_id=sid, node_id="zz"), "at least 4 characters")
+    refused(BranchTo(session_id=sid, node_id="ffffffff"), "no node 'ffffffff'")
+    refused(EditNode(session_id=sid, node_id=calls.node_id, text="x"), "tool")
+    refused(EditNode(session_id=sid, node_id=user.node_id, text="   "), "empty")
+    refused(BranchTo(session_id="nobody", node_id=user.node_id), "no session 'nobody'")
+    with pytest.raises(RemoteError, match="nothing to answer"):
+        ask(host.bus, host.subjects.manager, Generate(session_id=sid), Accepted)
+    with pytest.raises(RemoteError, match="cannot run with tools active"):
+        ask(host.bus, host.subjects.manager, Generate(session_id=sid, n=2), Accepted)
+    with pytest.raises(RemoteError, match="calls tools"):
+        ask(host.bus, host.subjects.manager,
+            ForkSession(session_id=sid, at_node=calls.node_id), Accepted)
+    assert len(tree(host, sid).nodes) == 5  # nothing changed
+
+
+def test_several_completions_become_branches(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    host, _, llm = engine("""
+responses:
+  - match: "name a colour"
+    blocks: [{text: "Red."}]
+  - match: "name a colour"
+    blocks: [{text: "Blue."}]
+  - match: "name a colour"
+    blocks: [{text: "Green."}]
+  - match: "name a colour"
+    blocks: [{text: "Yellow."}]
+""")
+    watcher = GenerationWatcher(host)
+    channel = watch_channel(host, "test")
+    sid = say(host, "name a colour")
+    channel.wait_for("completed")
+    watcher.until_end()
+    user = next(n for n in tree(host, sid).nodes if n.text == "name a colour")
+    ask(host.bus, host.subjects.manager, BranchTo(session_id=sid, node_id=user.node_id),
+        Branched)
+    ask(host.bus, host.subjects.manager, Generate(session_id=sid, n=3, tools=False), Accepted)
+    events = watcher.until_end()
+    assert kinds(events) == ["ProviderRequest", "ProviderResponse", "AssistantNode"] * 3 + [
+        "GenerationDone"]
+    done = events[-1]
+    assert len(done.nodes) == 3 and {e.parent_id for e in events if isinstance(
+        e, AssistantNode)} == {user.node_id}
+    # One context, three calls: the same messages, no tools.
+    last = llm.requests[-3:]
+    assert last[0]["messages"] == last[1]["messages"] == last[2]["messages"]
+    assert all(not r.get("tools") for r in last)
+    answers = [n.text for n in tree(host, sid).nodes if n.parent_id == user.node_id]
+    assert answers == ["Red.", "Blue.", "Green.", "Yellow."]
+    session = host.app.session(sid)
+    assert session is not None and session.history[-1].content[0].text == "Blue."  # type: ignore[union-attr]
+    assert names(host, sid).count("AlternativeGenerated") == 2
+
+
+def test_the_tool_iteration_limit_ends_a_generation_with_a_typed_error(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    loop = "\n".join("""  - blocks:
+      - tool_use: {name: list_dir, input: {path: "."}}""" for _ in range(4))
+    host, _, llm = engine(f"""
+responses:
+  - match: "hello"
+    blocks: [{{text: "Hi."}}]
+{loop}
+""")
+    watcher = GenerationWatcher(host)
+    channel = watch_channel(host, "test")
+    sid = say(host, "hello")
+    channel.wait_for("completed")
+    watcher.until_end()
+    user = next(n for n in tree(host, sid).nodes if n.text == "hello")
+    ask(host.bus, host.subjects.manager, BranchTo(session_id=sid, node_id=user.node_id),
+        Branched)
+    ask(host.bus, host.subjects.manager,
+        Generate(session_id=sid, max_tool_iterations=2), Accepted)
+    events = watcher.until_end()
+    error = events[-1]
+    assert isinstance(error, GenerationError) and error.kind == "tool_iteration_limit"
+    assert kinds(events).count("ProviderRequest") == 3  # results fed back twice, no more
+    assert len(llm.requests) == 4
+    failed = [e for e in host.app.session_events(sid) if type(e).__name__ == "TurnFailed"]
+    assert failed[-1].kind == "tool_iteration_limit"
+    session = host.app.session(sid)
+    assert session is not None and session.pending_tool_calls() == []
+
+
+def test_an_abort_yields_one_aborted_error_and_no_more_model_calls(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    host, _, llm = engine("""
+responses:
+  - match: "long story"
+    chunk: 2
+    delay_ms: 30
+    blocks:
+      - text: "Once upon a time there was a very long story that took ages to tell."
+      - tool_use: {name: list_dir, input: {path: "."}}
+""")
+    watcher = GenerationWatcher(host)
+    channel = watch_channel(host, "test")
+    sid = say(host, "tell me a long story")
+    channel.wait_for("stream")
+    say(host, "/stop", sid)
+    channel.wait_for("failed")
+    events = watcher.until_end()
+    assert kinds(events) == ["ProviderRequest", "GenerationError"]
+    assert events[-1].kind == "aborted"
+    say(host, "/status", sid)
+    channel.wait_for("status")
+    assert watcher.events.empty() and len(llm.requests) == 1
+    failed = [e for e in host.app.session_events(sid) if type(e).__name__ == "TurnFailed"]
+    assert [e.kind for e in failed] == ["aborted"]
+
+
+def test_tree_branch_edit_and_generate_from_the_command_line(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any], nats_url: str,
+) -> None:
+    host, _, _ = engine(TWO_TURNS)
+    channel = watch_channel(host, "test")
+    sid = say(host, "look around")
+    channel.wait_for("completed")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "ANTHROPIC_"))}
+    env.update({"TETHER_NATS_URL": nats_url, "TETHER_NAMESPACE": host.subjects.namespace,
+                "TETHER_STATE_DIR": host.settings.state_dir,
+                "TETHER_DATABASE_URL": host.settings.database_url})
+
+    def tether(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "adapters.cli", *args], env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    shown = tether("tree", sid)
+    assert shown.returncode == 0, shown.stderr
+    assert "look around" in shown.stdout and "* " in shown.stdout
+    user = next(n for n in tree(host, sid).nodes if n.text == "look around")
+    edited = tether("edit", sid, user.node_id[:8], "Edited question")
+    assert edited.returncode == 0, edited.stderr
+    assert "now stands at" in edited.stdout
+    generated = tether("generate", sid)
+    assert generated.returncode == 0, generated.stderr
+    channel.wait_for("completed")
+    wait_until(lambda: any(n.text == "Answer to the edit." for n in tree(host, sid).nodes),
+               "the generated answer in the tree")
+    refused = tether("generate", sid, "-n", "2")
+    assert refused.returncode != 0 and "--no-tools" in refused.stderr
+    back = tether("branch", sid, user.node_id[:8])
+    assert back.returncode == 0, back.stderr
+    forked = tether("fork", sid, "--at", user.node_id[:8])
+    assert forked.returncode == 0, forked.stderr
