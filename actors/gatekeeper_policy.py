@@ -106,12 +106,15 @@ class Policy:
 
     ``deny_commands`` are regular expressions matched with ``re.search`` against the whole
     shell command; an invalid pattern raises ``ValueError`` naming it when the policy is
-    built. ``known_tools`` lists the tools that may be proposed at all.
+    built. ``known_tools`` lists the tools that may be proposed at all; a tool whose name
+    starts with one of ``known_prefixes`` is known too (an MCP server's tools, named
+    ``<server>__<tool>``: what they do is judged by the pipeline, not here).
     """
 
     deny_tools: list[str] = field(default_factory=list)
     deny_commands: list[str] = field(default_factory=lambda: list(DEFAULT_DENY_COMMANDS))
     known_tools: frozenset[str] = BUILTIN_TOOLS
+    known_prefixes: tuple[str, ...] = ()
     _compiled: list[tuple[str, re.Pattern[str]]] = field(
         init=False, repr=False, default_factory=list
     )
@@ -131,14 +134,17 @@ class Policy:
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> Policy:
-        """Build a policy from a settings mapping with optional ``deny_tools`` and
-        ``deny_commands`` lists; a missing ``deny_commands`` means :data:`DEFAULT_DENY_COMMANDS`,
-        a given one replaces the defaults. Wrong types raise ``ValueError``."""
+        """Build a policy from a settings mapping with optional ``deny_tools``,
+        ``deny_commands`` and ``known_prefixes`` lists; a missing ``deny_commands`` means
+        :data:`DEFAULT_DENY_COMMANDS`, a given one replaces the defaults. Wrong types raise
+        ``ValueError``."""
         deny_tools = _string_list(settings.get("deny_tools", []), "deny_tools")
         deny_commands = _string_list(
             settings.get("deny_commands", list(DEFAULT_DENY_COMMANDS)), "deny_commands"
         )
-        return cls(deny_tools=deny_tools, deny_commands=deny_commands)
+        prefixes = _string_list(settings.get("known_prefixes", []), "known_prefixes")
+        return cls(deny_tools=deny_tools, deny_commands=deny_commands,
+                   known_prefixes=tuple(p for p in prefixes if p))
 
     def decide(self, tool: str, tool_input: Mapping[str, Any], workspace: str) -> Decision:
         """Allow or deny one proposed tool call in ``workspace``, with a one-sentence reason.
@@ -146,7 +152,7 @@ class Policy:
         Order: unknown tool, denied tool, bad workspace, path outside the workspace (for the
         file tools), denied shell command; anything left is allowed by default.
         """
-        if tool not in self.known_tools:
+        if tool not in self.known_tools and not tool.startswith(self.known_prefixes):
             return _deny(f"tool {tool!r} is not a known tool", "policy")
         if tool in self.deny_tools:
             return _deny(f"tool {tool!r} is denied by policy", "policy")

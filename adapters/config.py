@@ -29,7 +29,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import msgspec
@@ -45,9 +45,12 @@ __all__ = [
     "ENV_VARS",
     "ConfigError",
     "LoadedSettings",
+    "McpServer",
+    "McpSettings",
     "Settings",
     "default_state_dir",
     "describe",
+    "describe_mcp",
     "load_settings",
     "load_settings_with_sources",
     "mask_secret",
@@ -89,6 +92,72 @@ NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 class ProtectionSettings(ProtectionConfig, frozen=True, forbid_unknown_fields=True):
     """The protected files and the tiers they need, as tether.toml's ``[protection]``
     table (the security pipeline's own defaults apply to what is left out)."""
+
+
+#: An MCP server's name: letters, digits, ``-`` and single ``_`` (not at either end), so
+#: ``<server>__<tool>`` always says where the server's name ends.
+MCP_SERVER_NAME: Final = re.compile(r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$")
+#: The longest server name (a namespaced tool name must fit in 64 characters).
+MCP_SERVER_NAME_MAX: Final = 32
+#: Header and environment variable names whose values are secrets the redactor masks.
+_MCP_SECRET_NAME: Final = re.compile(
+    r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
+
+
+class McpServer(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One ``[mcp.servers.NAME]`` table: a local process spoken to over stdio (``command``,
+    ``args``, ``env`` added to a minimal environment, ``cwd``) or a streamable HTTP
+    endpoint (``url``, ``headers``); exactly one of ``command`` and ``url``.
+
+    ``trust`` says how the gatekeeper judges the server's tools: ``ask`` (the default)
+    as tools Tether does not model, so a person decides unless the policy file allows
+    them; ``read`` as reads (path-like fields read paths), judged like ``read_file``.
+    """
+
+    command: str = ""
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str = ""
+    url: str = ""
+    headers: dict[str, str] = {}
+    trust: Literal["ask", "read"] = "ask"
+
+    @property
+    def transport(self) -> str:
+        """``stdio`` for a command, ``http`` for a URL."""
+        return "stdio" if self.command else "http"
+
+
+class McpSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The ``[mcp]`` table: the MCP servers whose tools sessions may load (one tool group
+    ``mcp_<name>`` each, tools named ``<name>__<tool>``), how long one tool call may take
+    and how long starting (or reaching) a server and listing its tools may take."""
+
+    servers: dict[str, McpServer] = {}
+    call_timeout: PositiveFloat = 60.0
+    connect_timeout: PositiveFloat = 15.0
+
+    def prefixes(self) -> tuple[str, ...]:
+        """The name prefix of every server's tools (``<name>__``)."""
+        return tuple(f"{name}__" for name in self.servers)
+
+    def read_only_prefixes(self) -> tuple[str, ...]:
+        """The name prefixes of the servers configured with ``trust = "read"``."""
+        return tuple(f"{name}__" for name, server in self.servers.items()
+                     if server.trust == "read")
+
+    def secrets(self) -> list[str]:
+        """Values the redactor masks: secret-looking environment variables and headers
+        (and the token of an ``Authorization: Bearer <token>`` header)."""
+        values: list[str] = []
+        for server in self.servers.values():
+            for name, value in (*server.env.items(), *server.headers.items()):
+                if _MCP_SECRET_NAME.search(name) and value:
+                    values.append(value)
+                    scheme, _, token = value.partition(" ")
+                    if token and scheme.isalpha():
+                        values.append(token)
+        return values
 
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -164,6 +233,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     protection: ProtectionSettings = msgspec.field(default_factory=lambda: ProtectionSettings())
     """The ``[protection]`` table: identity_files, memory_files, config_files (workspace-
     relative globs), memory_min_tier, config_min_tier, confine_shell_reads."""
+    mcp: McpSettings = msgspec.field(default_factory=McpSettings)
+    """The ``[mcp]`` table: call_timeout, connect_timeout and ``[mcp.servers.NAME]``."""
     """The ``[middleware]`` table: allow (channel -> user ids), rate_per_minute, burst,
     max_message_bytes."""
     """The ``[ttsr]`` table: enabled, context_mode, repeat_mode, repeat_gap, window."""
@@ -279,6 +350,8 @@ def load_settings_with_sources(
         sources[key] = f"env {var}"
 
     _check_urls(values, sources)
+    if "mcp" in values:
+        _check_mcp(values["mcp"], _where("mcp", sources))
 
     if not values.get("state_dir"):
         values["state_dir"] = default_state_dir(environ)
@@ -353,6 +426,11 @@ def _override_ttsr(current: TtsrSettings | None, field_name: str, raw: str, var:
 
 
 def _absolute(key: str, value: Any, base_dir: str) -> Any:
+    if key == "mcp" and isinstance(value, McpSettings):
+        servers = {name: msgspec.structs.replace(
+            server, cwd=os.path.abspath(os.path.join(base_dir, os.path.expanduser(server.cwd))))
+            if server.cwd else server for name, server in value.servers.items()}
+        return msgspec.structs.replace(value, servers=servers)
     if key in _PATH_FIELDS and isinstance(value, str) and value:
         expanded = os.path.expanduser(value)
         if key == "nats_server" and os.sep not in expanded:
@@ -390,6 +468,33 @@ def _check_urls(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
             f"{_where('anthropic_base_url', sources)}: expected an http:// or https:// URL, "
             f"got {mask_url(base_url)!r}"
         )
+
+
+def _check_mcp(mcp: McpSettings, where: str) -> None:
+    """Refuse MCP servers with a bad name or a table that is neither stdio nor HTTP."""
+    for name, server in mcp.servers.items():
+        problem = _mcp_problem(name, server)
+        if problem:
+            raise ConfigError(f"{where}.servers.{name}: {problem}")
+
+
+def _mcp_problem(name: str, server: McpServer) -> str:
+    """What is wrong with one ``[mcp.servers.NAME]`` table ('' when nothing is)."""
+    if not MCP_SERVER_NAME.match(name) or len(name) > MCP_SERVER_NAME_MAX:
+        return (f"the server name {name!r} must be letters, digits, - and single _ (not "
+                f"first or last), at most {MCP_SERVER_NAME_MAX} characters")
+    if bool(server.command) == bool(server.url):
+        return ("give exactly one of command (a local server over stdio) or url (a "
+                "streamable HTTP server)" + (", not both" if server.command else ""))
+    if server.command and server.headers:
+        return "headers are for url servers; a command server takes env"
+    if server.url:
+        parts = urlsplit(server.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return f"url must be an http:// or https:// URL, got {mask_url(server.url)!r}"
+        if server.args or server.env or server.cwd:
+            return "args, env and cwd are for command servers; a url server takes headers"
+    return ""
 
 
 def _check_database_url(url: str) -> None:
@@ -487,7 +592,27 @@ def _mask_one_url(url: str) -> str:
     return parts._replace(netloc=f"{userinfo}@{hostport}").geturl()
 
 
+def describe_mcp(mcp: McpSettings) -> str:
+    """The ``[mcp]`` table in one line, every environment and header value masked."""
+    if not mcp.servers:
+        return "(no servers)"
+    shown = []
+    for name, server in mcp.servers.items():
+        if server.command:
+            where = " ".join([server.command, *server.args])
+            extra = [f"{k}={mask_secret(v) or '…(masked)'}" for k, v in server.env.items()]
+        else:
+            where = mask_url(server.url)
+            extra = [f"{k}: {mask_secret(v) or '…(masked)'}" for k, v in server.headers.items()]
+        details = "; ".join([f"{server.transport} {where}", f"trust {server.trust}", *extra])
+        shown.append(f"{name} ({details})")
+    timeouts = f"call_timeout={mcp.call_timeout:g}, connect_timeout={mcp.connect_timeout:g}"
+    return f"{', '.join(shown)}; {timeouts}"
+
+
 def _display(key: str, value: Any) -> str:
+    if key == "mcp" and isinstance(value, McpSettings):
+        return describe_mcp(value)
     if key in _SECRET_FIELDS:
         return mask_secret(str(value))
     if key in _URL_FIELDS:

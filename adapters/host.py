@@ -14,7 +14,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import pykka
@@ -61,6 +61,9 @@ from projections.prometheus import prometheus_text
 from projections.session_view import SessionView
 from projections.view import TrackedView
 
+if TYPE_CHECKING:
+    from adapters.mcp_tools import McpTools
+
 log = logging.getLogger(__name__)
 
 V = TypeVar("V", bound=TrackedView)
@@ -82,6 +85,7 @@ def known_secrets(settings: Settings) -> list[str]:
         if password:
             values.append(password)
     values.extend(v for k, v in os.environ.items() if _SECRET_ENV.search(k))
+    values.extend(settings.mcp.secrets())
     return [v for v in values if v]
 
 
@@ -137,7 +141,8 @@ class Host:
         self.notices_before = 0
         """Start the HTTP connector (``tether serve``) when ``http_port`` is set."""
         self.provider = provider
-        self.tools = tools or BuiltinTools(timeout=settings.shell_timeout, env=tool_environment())
+        self.mcp: McpTools | None = None
+        self.tools = tools or self._default_tools()
         self.ids = ids or RandomIds()
         self.clock = clock or SystemClock()
         self.canaries = canaries or RandomIds()
@@ -151,6 +156,18 @@ class Host:
         self.redactor = Redactor(known_secrets(settings))
         self.snapshots = SnapshotStore(os.path.join(settings.state_dir, "snapshots"))
         self._stack: list[Any] = []
+
+    def _default_tools(self) -> ToolExecutor:
+        """The built-in tools, plus the MCP servers' groups when the settings name any
+        (connected in :meth:`start`, closed in :meth:`stop`)."""
+        builtin = BuiltinTools(timeout=self.settings.shell_timeout, env=tool_environment())
+        if not self.settings.mcp.servers:
+            return builtin
+        from adapters.mcp_tools import McpTools, WithMcpTools  # the SDK loads slowly
+
+        self.mcp = McpTools(self.settings.mcp,
+                            log_dir=os.path.join(self.settings.state_dir, "mcp"))
+        return WithMcpTools(builtin, self.mcp)
 
     @property
     def nats_url(self) -> str:
@@ -172,7 +189,10 @@ class Host:
         # falls back to allowing everything.
         policy = load_policy(settings.policy_file) if settings.policy_file else default_policy()
         self.pipeline = PipelineConfig(policy=policy, protection=settings.protection,
-                                       tier2_enabled=settings.tier2.enabled)
+                                       tier2_enabled=settings.tier2.enabled,
+                                       read_only_tools=settings.mcp.read_only_prefixes())
+        if self.mcp is not None:  # connects in the background while the rest starts
+            self._stack.append(self.mcp.start().stop)
         # The SDK import is slow (seconds): run it beside the rest of the start, and finish
         # it before any actor can call the model, so it never freezes the bus loop.
         prepare = getattr(self.provider, "prepare", None)
@@ -206,6 +226,8 @@ class Host:
         self.system = ActorSystem(self.bus, self.subjects, failure_log=self._record_failure)
         self._stack.append(self.system.stop_all)
         warm.join()
+        if self.mcp is not None:
+            self.mcp.wait_ready()  # a server that does not answer is retried later
         if self.start_actors:
             self._start_actors()
 
@@ -232,7 +254,8 @@ class Host:
 
     def _start_actors(self) -> None:
         settings, subjects, system = self.settings, self.subjects, self.system
-        policy_settings: dict[str, Any] = {"deny_tools": settings.deny_tools}
+        policy_settings: dict[str, Any] = {"deny_tools": settings.deny_tools,
+                                           "known_prefixes": list(settings.mcp.prefixes())}
         if settings.deny_commands is not None:
             policy_settings["deny_commands"] = settings.deny_commands
         system.start(

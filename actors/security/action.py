@@ -101,7 +101,8 @@ class EnrichedAction(msgspec.Struct, frozen=True):
     ``commands`` its simple commands; ``hosts`` network hosts named; ``problems`` what
     stopped the analysis (an unparseable command, a bad workspace, a malformed payload);
     ``tool_known`` whether the tool's fields are modelled (unknown tools are treated as
-    writing every path-like field).
+    writing every path-like field); a tool the operator declared read-only (an MCP server
+    with ``trust = "read"``) counts as modelled.
     """
 
     request: ActionRequest
@@ -311,13 +312,17 @@ def _make_ref(
     return refs
 
 
-def enrich(request: ActionRequest, workspace: str, home: str | None = None) -> EnrichedAction:
+def enrich(request: ActionRequest, workspace: str, home: str | None = None,
+           read_only: tuple[str, ...] = ()) -> EnrichedAction:
     """Resolve and classify ``request`` for the session whose workspace is ``workspace``.
 
     Relative paths are taken from the workspace (for shell commands: from the folder the
     command has ``cd``-ed to); ``~`` and ``$HOME`` mean ``home`` (default: this process's
     home folder). File tools contribute their path fields; shell tools are parsed into simple
-    commands whose targets become paths. Never raises; see :class:`EnrichedAction`.
+    commands whose targets become paths. A tool that is not modelled but whose name starts
+    with one of ``read_only`` (the operator says it only reads) is a ``read`` whose
+    path-like fields are read, instead of an ``execute`` writing them. Never raises; see
+    :class:`EnrichedAction`.
     """
     home_dir = home if home is not None else os.path.expanduser("~")
     problems: list[str] = []
@@ -333,7 +338,9 @@ def enrich(request: ActionRequest, workspace: str, home: str | None = None) -> E
         problems.append("the payload is not an object")
 
     spec = TOOL_SPECS.get(request.type)
-    classes: set[str] = set(spec.classes) if spec else {"execute"}
+    trusted_read = spec is None and request.type.startswith(read_only)
+    unknown_access: Access = "read" if trusted_read else "write"
+    classes: set[str] = set(spec.classes) if spec else {"read" if trusted_read else "execute"}
     paths: list[PathRef] = []
     commands: tuple[ShellCommand, ...] = ()
     hosts: list[str] = []
@@ -364,9 +371,8 @@ def enrich(request: ActionRequest, workspace: str, home: str | None = None) -> E
             values = value if isinstance(value, list) else [value]
             for item in values:
                 if isinstance(item, str):
-                    paths.extend(
-                        _make_ref(item, "write", f"{request.type}.{key}", -1, root, root, home_dir)
-                    )
+                    paths.extend(_make_ref(item, unknown_access, f"{request.type}.{key}", -1,
+                                           root, root, home_dir))
         for key in ("url", "uri", "host"):
             if isinstance(payload.get(key), str):
                 classes.add("network")
@@ -401,7 +407,7 @@ def enrich(request: ActionRequest, workspace: str, home: str | None = None) -> E
         commands=commands,
         hosts=tuple(dict.fromkeys(hosts)),
         problems=tuple(problems),
-        tool_known=spec is not None,
+        tool_known=spec is not None or trusted_read,
     )
 
 

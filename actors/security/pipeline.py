@@ -41,13 +41,15 @@ __all__ = ["Evaluation", "PipelineConfig", "StageResult", "evaluate"]
 @dataclass(frozen=True)
 class PipelineConfig:
     """What the pipeline needs besides the request: protected files, the tier-0 policy,
-    whether tier 2 (the LLM evaluator) is enabled, and what ``~`` means (None: this
-    process's home)."""
+    whether tier 2 (the LLM evaluator) is enabled, what ``~`` means (None: this
+    process's home), and the name prefixes of tools the operator declared read-only
+    (MCP servers with ``trust = "read"``; see :func:`~actors.security.action.enrich`)."""
 
     protection: ProtectionConfig = field(default_factory=ProtectionConfig)
     policy: Policy = field(default_factory=default_policy)
     tier2_enabled: bool = False
     home: str | None = None
+    read_only_tools: tuple[str, ...] = ()
 
 
 class StageResult(msgspec.Struct, frozen=True):
@@ -89,7 +91,7 @@ def evaluate(
     """Run enrich -> protection -> tier 0 -> tier 1 on ``request`` for ``workspace``.
     Pure apart from reading the file system; never raises (module docstring)."""
     cfg = config or PipelineConfig()
-    action = enrich(request, workspace, cfg.home)
+    action = enrich(request, workspace, cfg.home, cfg.read_only_tools)
     protection: ProtectionResult = check_protection(action, cfg.protection)
     stages: list[StageResult] = []
 

@@ -29,6 +29,13 @@ Paths inside the workspace are matched as workspace-relative ``/`` paths (``.`` 
 workspace itself); paths outside as absolute paths. A rule with ``path`` or ``command``
 does not match an action that has no path or no command.
 
+A tool the enrichment does not model (``tool_known`` false: an MCP tool of a server not
+declared read-only) that no rule matches escalates to :data:`UNMODELLED_TOOL_TIER` (a
+person) instead of ``default_tier`` when the default is ``escalate``: the heuristics
+cannot see what such a tool does, so "tier 1 found nothing wrong" would mean nothing. A
+rule naming it (``tool: "docs__*"``) decides as usual, and so does a ``default`` of
+``allow`` or ``deny``.
+
 Why the default is ``escalate`` to tier 1: the seed's tier 0 passes unmatched actions on to
 tier 1 ("ESCALATE or no match -> continue"), so an unmatched action is allowed only when the
 heuristics find nothing, and denied or escalated further when they do.
@@ -56,6 +63,7 @@ Verdict = Literal["allow", "deny", "escalate"]
 
 __all__ = [
     "DEFAULT_POLICY_YAML",
+    "UNMODELLED_TOOL_TIER",
     "Policy",
     "PolicyDecision",
     "PolicyError",
@@ -65,6 +73,9 @@ __all__ = [
     "load_policy",
     "parse_policy",
 ]
+
+#: The tier an unmatched tool that is not modelled escalates to: a person.
+UNMODELLED_TOOL_TIER = 3
 
 #: The policy used when none is configured.
 DEFAULT_POLICY_YAML = """\
@@ -188,6 +199,10 @@ class Policy:
                     tier = rule.tier if rule.tier is not None else 2
                 reason = f"{label} ({self.source}:{item.line}): {rule.reason or rule.verdict}"
                 return PolicyDecision(rule.verdict, tier, reason, item.index, rule.name, item.line)
+        if self.default == "escalate" and not action.tool_known:
+            return PolicyDecision("escalate", UNMODELLED_TOOL_TIER, (
+                f"no rule matched, and {action.request.type} is a tool Tether does not model "
+                "(an MCP server's), so the heuristics cannot judge it"))
         tier = self.default_tier if self.default == "escalate" else 0
         return PolicyDecision(self.default, tier, f"no rule matched; the default is {self.default}")
 

@@ -1,0 +1,649 @@
+"""MCP servers as tool groups, through the official ``mcp`` Python SDK.
+
+:class:`McpTools` keeps one long-lived ``mcp.ClientSession`` per server named in the
+``[mcp.servers.NAME]`` settings, all on an asyncio event loop of its own (thread ``mcp``):
+a local process spoken to over stdio (``mcp.client.stdio.stdio_client``) or a streamable
+HTTP endpoint (``mcp.client.streamable_http.streamable_http_client``). Each server is one
+tool group, ``mcp_<name>``; its tools are named ``<name>__<tool>`` (characters the
+Messages API does not allow in a tool name become ``_``; a name that would not fit in 64
+characters, or that clashes with another, is left out and logged).
+
+Connections. One supervisor task per server connects, lists the server's tools, then
+waits until the connection is lost (the process exits, an HTTP request fails) and
+connects again after a pause: 1 s after a connection that worked, doubling up to 60 s
+while attempts fail, and cut short by the next call to one of its tools. A server that cannot
+be started does not stop anything: it is logged, retried in that rhythm, and its group
+is not offered until it has answered once (its tools are unknown until then). Once
+listed, a server's tools stay offered while it is away, so a session's loaded tools do
+not vanish; a call then waits at most ``connect_timeout`` for the connection.
+
+Calls. :meth:`McpTools.execute` (blocking, from any thread) never raises and never
+hangs: a call gets ``call_timeout`` seconds; a connection lost during a call is an error
+result saying the call may or may not have run, and the call is never sent again by
+itself. Only a call that certainly did not reach the server (the connection was already
+closed, or the HTTP server no longer knew the session) is sent once more on a fresh
+connection. Text blocks of a result are returned as they are, other blocks described in
+a line; ``isError`` becomes ``is_error``.
+
+:class:`WithMcpTools` serves the built-in tools and the MCP groups through the one
+``ToolExecutor`` port. Every call still goes through the gatekeeper first: the session
+asks it before running any tool (docs/security.md, "MCP tools").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import copy
+import json
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any, NamedTuple, TextIO
+
+import anyio
+import httpx
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp import ClientSession, StdioServerParameters, types
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import McpError
+from mcp.shared.message import SessionMessage
+
+from actors.ports import ToolExecutor, ToolOutput
+from adapters.config import McpServer, McpSettings
+
+log = logging.getLogger(__name__)
+
+#: What the Messages API accepts as a tool name.
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+#: Between a server's name and its tool's name.
+SEPARATOR = "__"
+#: A server's tool group is ``mcp_<server>``.
+GROUP_PREFIX = "mcp_"
+#: Seconds before the first retry of a server that could not be reached; it doubles up
+#: to :data:`RETRY_MAX`.
+RETRY_FIRST = 1.0
+RETRY_MAX = 60.0
+#: Most characters of a result returned to the model.
+DEFAULT_MAX_OUTPUT_CHARS = 30_000
+#: Most pages of ``tools/list`` read from one server.
+MAX_TOOL_PAGES = 50
+#: Seconds :meth:`McpTools.stop` lets connections close before cancelling them.
+STOP_GRACE = 5.0
+
+
+def group_name(server: str) -> str:
+    """The tool group of ``server``."""
+    return f"{GROUP_PREFIX}{server}"
+
+
+def tool_name(server: str, tool: str) -> str | None:
+    """``<server>__<tool>`` with characters the Messages API refuses replaced by ``_``;
+    None when that does not make a valid tool name (empty, or over 64 characters)."""
+    name = f"{server}{SEPARATOR}{re.sub(r'[^A-Za-z0-9_-]', '_', tool)}"
+    return name if tool and TOOL_NAME.match(name) else None
+
+
+class McpTool(NamedTuple):
+    """One tool of an MCP server: the name the model calls, its server, the server's own
+    name for it and its Messages API definition."""
+
+    name: str
+    server: str
+    remote: str
+    definition: dict[str, Any]
+
+
+class McpServerStatus(NamedTuple):
+    """How one server stands: connected now, how many connections worked so far, the
+    last failure ('' after a success) and the tools it offers (namespaced)."""
+
+    connected: bool
+    connects: int
+    error: str
+    tools: tuple[str, ...]
+
+
+class _NotSent(Exception):
+    """The call never reached the server; it may be sent on a fresh connection."""
+
+
+class _Server:
+    """One configured server. Touched on the manager's loop only, apart from ``tools`` and
+    ``listed`` (replaced whole under the manager's lock) and ``attempted``."""
+
+    def __init__(self, name: str, config: McpServer) -> None:
+        self.name = name
+        self.config = config
+        self.prefix = f"{name}{SEPARATOR}"
+        self.group = group_name(name)
+        self.tools: dict[str, McpTool] = {}
+        self.listed = False
+        self.session: ClientSession | None = None
+        self.lost = asyncio.Event()
+        self.wake = asyncio.Event()
+        self.settled = asyncio.Condition()
+        self.attempts = 0
+        self.connects = 0
+        self.error = ""
+        self.reported = ""
+        self.task: asyncio.Task[None] | None = None
+        self.attempted = threading.Event()
+
+    def live(self) -> bool:
+        """Connected, and the connection not known to be lost."""
+        return self.session is not None and not self.lost.is_set()
+
+
+class McpTools:
+    """The MCP servers of ``settings`` as lazily loadable tool groups (module docstring).
+
+    :meth:`start` starts the loop and connects every server in the background;
+    :meth:`wait_ready` waits for each server's first attempt; :meth:`stop` closes every
+    connection (stdio servers' processes end with it); a stopped manager stays stopped.
+    ``log_dir`` receives each stdio server's standard error as ``mcp-<name>.log``
+    (default: discarded).
+    """
+
+    def __init__(self, settings: McpSettings, *, log_dir: str | None = None,
+                 max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS) -> None:
+        self.settings = settings
+        self.log_dir = log_dir
+        self.max_output_chars = max_output_chars
+        self._servers = {name: _Server(name, config) for name, config in settings.servers.items()}
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._closing = False
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> McpTools:
+        """Start the event loop thread and a supervisor per server; returns at once."""
+        if self._loop is not None:
+            return self
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        self._loop = loop
+        self._thread = threading.Thread(target=self._run_loop, args=(loop, ready),
+                                        name="mcp", daemon=True)
+        self._thread.start()
+        ready.wait()
+        for server in self._servers.values():
+            asyncio.run_coroutine_threadsafe(self._begin(server), loop).result()
+        return self
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Wait until every server has been tried once (connected or failed), at most
+        ``timeout`` seconds (default: ``connect_timeout`` and a second)."""
+        limit = self.settings.connect_timeout + 1 if timeout is None else timeout
+        end = time.monotonic() + limit
+        for server in self._servers.values():
+            server.attempted.wait(max(0.0, end - time.monotonic()))
+
+    def stop(self) -> None:
+        """Close every connection and stop the loop; never raises. Calls still running
+        get an error result."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        self._closing = True
+        try:
+            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(STOP_GRACE + 5)
+        except Exception:
+            log.exception("closing the MCP connections failed")
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+        self._loop = None
+
+    @staticmethod
+    def _run_loop(loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
+        asyncio.set_event_loop(loop)
+        loop.call_soon(ready.set)
+        try:
+            loop.run_forever()
+        finally:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _begin(self, server: _Server) -> None:
+        """Bind the server's events to this loop and start its supervisor."""
+        server.lost, server.wake, server.settled = asyncio.Event(), asyncio.Event(), (
+            asyncio.Condition())
+        server.task = asyncio.get_running_loop().create_task(
+            self._supervise(server), name=f"mcp-{server.name}")
+
+    async def _shutdown(self) -> None:
+        """End every supervisor (live connections close cleanly, the rest are cancelled),
+        then every call still waiting, so nothing is left pending on the loop."""
+        tasks = [s.task for s in self._servers.values() if s.task is not None]
+        for server in self._servers.values():
+            server.lost.set()
+            server.wake.set()
+            if server.session is None and server.task is not None:
+                server.task.cancel()  # connecting or waiting to retry: nothing to close
+        await _finish(tasks)
+        for server in self._servers.values():
+            await self._settle(server)  # calls waiting for a connection give up now
+        await _finish(asyncio.all_tasks() - {asyncio.current_task()})
+
+    # --- connections -------------------------------------------------------------------
+
+    async def _supervise(self, server: _Server) -> None:
+        """Keep ``server`` connected until the manager stops (module docstring)."""
+        delay = RETRY_FIRST
+        while not self._closing:
+            server.wake.clear()
+            worked = await self._connect_once(server)
+            if self._closing:
+                break
+            if worked:
+                delay = RETRY_FIRST
+                log.warning("MCP server %s: the connection was lost (%s); reconnecting in "
+                            "%g s or at the next call", server.name, server.error or "it closed",
+                            delay)
+            else:
+                # Said once per different failure; the same failure again only in the debug log.
+                level = logging.DEBUG if server.error == server.reported else logging.WARNING
+                server.reported = server.error
+                log.log(level, "MCP server %s is unavailable: %s; next attempt in %g s or at "
+                        "the next call of one of its tools", server.name, server.error, delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(server.wake.wait(), delay)
+            delay = RETRY_FIRST if worked else min(delay * 2, RETRY_MAX)
+
+    async def _connect_once(self, server: _Server) -> bool:
+        """Connect, list the tools, hold the connection until it is lost. True when the
+        connection worked; never raises (the failure is kept in ``server.error``)."""
+        lost = server.lost = asyncio.Event()
+        worked = False
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                session = await self._open(server, stack, lost)
+                with anyio.fail_after(self.settings.connect_timeout):
+                    await session.initialize()
+                    tools = await self._list_tools(server, session)
+                self._publish(server, tools)
+                server.session, server.error, server.reported, worked = session, "", "", True
+                server.connects += 1
+                log.info("MCP server %s connected (%s): %d tools", server.name,
+                         server.config.transport, len(tools))
+                await self._settle(server)
+                await lost.wait()
+        except Exception as exc:
+            server.error = describe_error(exc, self.settings.connect_timeout)
+        finally:
+            server.session = None
+            lost.set()
+        if not worked:
+            await self._settle(server)
+        return worked
+
+    async def _settle(self, server: _Server) -> None:
+        """Tell the calls waiting on ``server`` that an attempt ended."""
+        async with server.settled:
+            server.attempts += 1
+            server.settled.notify_all()
+        server.attempted.set()
+
+    async def _open(self, server: _Server, stack: contextlib.AsyncExitStack,
+                    lost: asyncio.Event) -> ClientSession:
+        """Open the transport and the client session on ``stack``; ``lost`` is set when
+        the server's side of the connection ends."""
+        read, write = await self._transport(server.config, server.name, stack)
+        sink, watched = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        for stream in (read, write, sink, watched):  # closing twice is fine; never left open
+            stack.push_async_callback(stream.aclose)
+        group = await stack.enter_async_context(anyio.create_task_group())
+        stack.callback(group.cancel_scope.cancel)
+        group.start_soon(_forward, read, sink, lost)
+        return await stack.enter_async_context(ClientSession(watched, write))
+
+    async def _transport(
+        self, config: McpServer, name: str, stack: contextlib.AsyncExitStack,
+    ) -> tuple[MemoryObjectReceiveStream[SessionMessage | Exception],
+               MemoryObjectSendStream[SessionMessage]]:
+        """The SDK's stdio or streamable HTTP transport for ``config``, entered on ``stack``."""
+        if config.command:
+            params = StdioServerParameters(command=config.command, args=list(config.args),
+                                           env=dict(config.env) or None, cwd=config.cwd or None)
+            errlog = stack.enter_context(self._errlog(name))
+            return await stack.enter_async_context(stdio_client(params, errlog=errlog))
+        timeout = httpx.Timeout(self.settings.connect_timeout,
+                                read=max(300.0, self.settings.call_timeout + 30))
+        client = await stack.enter_async_context(
+            create_mcp_http_client(headers=dict(config.headers) or None, timeout=timeout))
+        read, write, _ = await stack.enter_async_context(
+            streamable_http_client(config.url, http_client=client))
+        return read, write
+
+    def _errlog(self, name: str) -> TextIO:
+        """Where a stdio server's standard error goes (a file the caller closes)."""
+        if self.log_dir is None:
+            return open(os.devnull, "w", encoding="utf-8")
+        os.makedirs(self.log_dir, exist_ok=True)
+        return open(os.path.join(self.log_dir, f"mcp-{name}.log"), "a", encoding="utf-8")
+
+    async def _list_tools(self, server: _Server, session: ClientSession) -> dict[str, McpTool]:
+        """Every tool the server lists (following pages), namespaced and defined."""
+        tools: dict[str, McpTool] = {}
+        cursor: str | None = None
+        for _ in range(MAX_TOOL_PAGES):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await session.list_tools(params=params)
+            for tool in page.tools:
+                self._add_tool(server.name, tool, tools)
+            cursor = page.nextCursor
+            if not cursor:
+                break
+        return tools
+
+    @staticmethod
+    def _add_tool(server: str, tool: types.Tool, tools: dict[str, McpTool]) -> None:
+        """Add ``tool`` under its namespaced name, or log why it is left out."""
+        name = tool_name(server, tool.name)
+        if name is None:
+            log.warning("MCP server %s: tool %r is left out: %s%s%s is not a valid tool name "
+                        "(at most 64 letters, digits, _ and -)", server, tool.name, server,
+                        SEPARATOR, tool.name)
+            return
+        if name in tools:
+            log.warning("MCP server %s: tool %r is left out: its name %s is taken by %r",
+                        server, tool.name, name, tools[name].remote)
+            return
+        if name != f"{server}{SEPARATOR}{tool.name}":
+            log.info("MCP server %s: tool %r is offered as %s", server, tool.name, name)
+        schema = dict(tool.inputSchema) if isinstance(tool.inputSchema, dict) else {}
+        schema.setdefault("type", "object")
+        description = tool.description or tool.title or f"{tool.name} (MCP server {server})"
+        tools[name] = McpTool(name, server, tool.name, {
+            "name": name, "description": description, "input_schema": schema})
+
+    def _publish(self, server: _Server, tools: dict[str, McpTool]) -> None:
+        with self._lock:
+            server.tools = tools
+            server.listed = True
+
+    # --- the ToolExecutor port -----------------------------------------------------------
+
+    def groups(self) -> dict[str, str]:
+        """One group per server that has listed its tools: what it holds, and whether it
+        is unreachable now."""
+        with self._lock:
+            listed = [s for s in self._servers.values() if s.listed]
+            shown = {s.group: (s, sorted(s.tools)) for s in listed}
+        groups: dict[str, str] = {}
+        for group, (server, names) in shown.items():
+            state = "" if server.live() or not server.error else (
+                f"; unreachable now ({server.error}), Tether is reconnecting")
+            groups[group] = (f"tools of the MCP server {server.name} "
+                             f"({', '.join(names) or 'none'}){state}")
+        return groups
+
+    def group_of(self, tool: str) -> str | None:
+        """The group of a listed MCP tool (None for anything else)."""
+        server = self._server_of(tool)
+        with self._lock:
+            return server.group if server is not None and tool in server.tools else None
+
+    def definitions(self, groups: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """The definitions of the listed tools of ``groups`` (every server's when None; a
+        single name is accepted too). A group of no configured server has no tools."""
+        wanted = None if groups is None else {groups} if isinstance(groups, str) else set(groups)
+        with self._lock:
+            tools = [t for s in self._servers.values() if wanted is None or s.group in wanted
+                     for t in s.tools.values()]
+        return [copy.deepcopy(t.definition) for t in tools]
+
+    def owns(self, tool: str) -> bool:
+        """Whether ``tool`` is named like a tool of a configured server."""
+        return self._server_of(tool) is not None
+
+    def status(self) -> dict[str, McpServerStatus]:
+        """Each server's state, for logs and tests."""
+        with self._lock:
+            return {s.name: McpServerStatus(s.live(), s.connects, s.error, tuple(sorted(s.tools)))
+                    for s in self._servers.values()}
+
+    def execute(self, name: str, tool_input: dict[str, Any], workspace: str) -> ToolOutput:
+        """Call MCP tool ``name`` (blocking; ``workspace`` is not used: a server works where
+        it was started). Never raises, never waits past the timeouts."""
+        loop = self._loop
+        if loop is None or self._closing:
+            return ToolOutput(f"{name} was not run: the MCP connections are closed", True)
+        budget = 2 * self.settings.connect_timeout + self.settings.call_timeout + 10
+        future = asyncio.run_coroutine_threadsafe(self._call(name, dict(tool_input)), loop)
+        try:
+            return future.result(timeout=budget)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            return ToolOutput(f"{name} did not finish within {budget:g} s; it may have run", True)
+        except concurrent.futures.CancelledError:
+            return ToolOutput(f"{name} was cut short: the MCP connections were closed; it may "
+                              "have run", True)
+        except Exception as exc:  # a bug: still an answer, never an exception
+            log.exception("MCP call %s failed", name)
+            return ToolOutput(f"{name} failed: {type(exc).__name__}: {exc}", True)
+
+    # --- calls ---------------------------------------------------------------------------
+
+    def _server_of(self, tool: str) -> _Server | None:
+        return next((s for s in self._servers.values() if tool.startswith(s.prefix)), None)
+
+    async def _call(self, name: str, arguments: dict[str, Any]) -> ToolOutput:
+        """Run one call on the loop: connect if needed, send once (twice only when the
+        first certainly did not reach the server)."""
+        server = self._server_of(name)
+        if server is None:
+            return ToolOutput(f"unknown MCP tool {name!r}", True)
+        for attempt in (1, 2):
+            problem = await self._connected(server)
+            if problem:
+                return ToolOutput(f"{name} was not run: {problem}", True)
+            tool = server.tools.get(name)
+            if tool is None:
+                offered = ", ".join(sorted(server.tools)) or "none"
+                return ToolOutput(f"MCP server {server.name} has no tool {name!r} "
+                                  f"(its tools: {offered})", True)
+            try:
+                return await self._send(server, tool, arguments)
+            except _NotSent as exc:
+                if attempt == 2:
+                    return ToolOutput(f"{name} was not run: {exc}", True)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _connected(self, server: _Server) -> str:
+        """Wait until ``server`` is connected (asking for an attempt if it is down); ''
+        when it is, else why it is not."""
+        if server.live():
+            return ""
+        timeout = self.settings.connect_timeout + 1
+        async with server.settled:
+            seen = server.attempts
+            server.wake.set()
+            try:
+                await asyncio.wait_for(
+                    server.settled.wait_for(lambda: server.attempts > seen or server.live()),
+                    timeout)
+            except TimeoutError:
+                return f"MCP server {server.name} did not answer within {timeout:g} s"
+        if server.live():
+            return ""
+        return f"MCP server {server.name} is unavailable ({server.error or 'not connected'})"
+
+    async def _send(self, server: _Server, tool: McpTool, arguments: dict[str, Any]
+                    ) -> ToolOutput:
+        """Send one call on the live session and wait for its result, the loss of the
+        connection or the timeout, whichever comes first."""
+        session, lost, timeout = server.session, server.lost, self.settings.call_timeout
+        assert session is not None
+        call = asyncio.ensure_future(session.call_tool(
+            tool.remote, arguments, read_timeout_seconds=timedelta(seconds=timeout)))
+        watch = asyncio.ensure_future(lost.wait())
+        try:
+            await asyncio.wait({call, watch}, timeout=timeout + 5,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+        if call.done():
+            try:
+                return self._outcome(server, tool, call, lost)
+            except _NotSent as exc:
+                server.error = str(exc)
+                lost.set()  # the supervisor reconnects
+                raise
+        call.cancel()
+        if lost.is_set():
+            return self._lost(server, tool)
+        return ToolOutput(f"{tool.name} did not answer within {timeout:g} s; it may still be "
+                          "running on the MCP server", True)
+
+    def _outcome(self, server: _Server, tool: McpTool,
+                 call: asyncio.Future[types.CallToolResult], lost: asyncio.Event) -> ToolOutput:
+        """The finished call as a result; raises :class:`_NotSent` when it never left."""
+        exc = call.exception()
+        if exc is None:
+            return render_result(call.result(), self.max_output_chars)
+        if isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError):
+            raise _NotSent(f"the connection to MCP server {server.name} was closed")
+        if isinstance(exc, McpError):
+            return self._mcp_error(server, tool, exc, lost)
+        return ToolOutput(f"{tool.name} failed: {type(exc).__name__}: {exc}", True)
+
+    def _mcp_error(self, server: _Server, tool: McpTool, exc: McpError,
+                   lost: asyncio.Event) -> ToolOutput:
+        """A JSON-RPC error answer, or the SDK's word for a lost connection or a timeout."""
+        code, message = exc.error.code, exc.error.message
+        if code == types.CONNECTION_CLOSED:
+            lost.set()
+            return self._lost(server, tool)
+        if message == "Session terminated":  # HTTP 404: the server forgot the session
+            raise _NotSent(f"MCP server {server.name} no longer knew the session")
+        if code == httpx.codes.REQUEST_TIMEOUT:
+            return ToolOutput(f"{tool.name} did not answer within "
+                              f"{self.settings.call_timeout:g} s; it may still be running on "
+                              "the MCP server", True)
+        return ToolOutput(f"MCP server {server.name} refused {tool.name}: {message}", True)
+
+    def _lost(self, server: _Server, tool: McpTool) -> ToolOutput:
+        """The result of a call whose connection ended under it: it may have run."""
+        why = f" ({server.error})" if server.error else ""
+        then = ("Tether is stopping" if self._closing else
+                "Tether is reconnecting, call it again if it should run")
+        return ToolOutput(
+            f"the connection to MCP server {server.name} was lost during {tool.name}{why}: "
+            f"the call may or may not have run, so it is not run again by itself; {then}", True)
+
+
+async def _finish(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    """Give ``tasks`` :data:`STOP_GRACE` seconds to end, then cancel what is left."""
+    pending = set(tasks)
+    if pending:
+        _, pending = await asyncio.wait(pending, timeout=STOP_GRACE)
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending, timeout=STOP_GRACE)
+
+
+async def _forward(source: MemoryObjectReceiveStream[SessionMessage | Exception],
+                   sink: MemoryObjectSendStream[SessionMessage | Exception],
+                   lost: asyncio.Event) -> None:
+    """Pass the server's messages on to the session; set ``lost`` when they end."""
+    try:
+        async with sink:
+            async for message in source:
+                await sink.send(message)
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+        pass
+    finally:
+        lost.set()
+
+
+def describe_error(exc: BaseException, connect_timeout: float) -> str:
+    """One line for a failed connection: the innermost error of an exception group."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {connect_timeout:g} s"
+    if isinstance(exc, McpError):
+        return exc.error.message
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def render_result(result: types.CallToolResult, max_chars: int = DEFAULT_MAX_OUTPUT_CHARS
+                  ) -> ToolOutput:
+    """A tool result as the model sees it: text blocks as they are, other blocks one line
+    each, structured content as JSON when there is nothing else; cut at ``max_chars``."""
+    parts = [describe_block(block) for block in result.content]
+    if not parts and result.structuredContent is not None:
+        parts = [json.dumps(result.structuredContent, ensure_ascii=False)]
+    text = "\n".join(parts) or "(no output)"
+    if len(text) > max_chars:
+        text = (f"{text[:max_chars]}\n[output truncated: {len(text)} characters, the first "
+                f"{max_chars} shown]")
+    return ToolOutput(text, bool(result.isError))
+
+
+def describe_block(block: types.ContentBlock) -> str:
+    """A content block as text: a text block's text, else one line saying what it is."""
+    if isinstance(block, types.TextContent):
+        return block.text
+    if isinstance(block, types.ImageContent | types.AudioContent):
+        size = len(block.data) * 3 // 4
+        return f"[{block.type} block: {block.mimeType}, about {size} bytes, not shown]"
+    if isinstance(block, types.ResourceLink):
+        about = f": {block.description}" if block.description else ""
+        return f"[resource link {block.uri} ({block.name}){about}]"
+    if isinstance(block, types.EmbeddedResource):
+        resource = block.resource
+        if isinstance(resource, types.TextResourceContents):
+            return f"[resource {resource.uri}]\n{resource.text}"
+        size = len(resource.blob) * 3 // 4
+        return f"[resource {resource.uri}: {resource.mimeType or 'binary'}, about {size} " \
+               "bytes, not shown]"
+    return f"[{getattr(block, 'type', type(block).__name__)} block, not shown]"
+
+
+class WithMcpTools:
+    """The built-in tools and the MCP servers' groups as one ``ToolExecutor``: tools named
+    like an MCP server's go to :class:`McpTools`, everything else to ``builtin``."""
+
+    def __init__(self, builtin: ToolExecutor, mcp: McpTools) -> None:
+        self.builtin = builtin
+        self.mcp = mcp
+
+    def groups(self) -> dict[str, str]:
+        """The built-in groups, then one per MCP server that has listed its tools."""
+        return {**self.builtin.groups(), **self.mcp.groups()}
+
+    def group_of(self, tool: str) -> str | None:
+        """The group holding ``tool``, built-in or MCP."""
+        if self.mcp.owns(tool):
+            return self.mcp.group_of(tool)
+        return self.builtin.group_of(tool)
+
+    def definitions(self, groups: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """The tools of ``groups`` (all when None): built-in ones first. A group nobody
+        knows (an MCP server no longer configured) has no tools."""
+        if groups is None:
+            return self.builtin.definitions(None) + self.mcp.definitions(None)
+        wanted = [groups] if isinstance(groups, str) else list(groups)
+        builtin = [g for g in wanted if g in self.builtin.groups()]
+        return ((self.builtin.definitions(builtin) if builtin else [])
+                + self.mcp.definitions([g for g in wanted if g not in builtin]))
+
+    def execute(self, name: str, tool_input: dict[str, Any], workspace: str) -> ToolOutput:
+        """Run the call on whichever executor holds ``name``; never raises."""
+        if self.mcp.owns(name):
+            return self.mcp.execute(name, tool_input, workspace)
+        return self.builtin.execute(name, tool_input, workspace)

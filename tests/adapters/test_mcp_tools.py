@@ -1,0 +1,381 @@
+"""MCP servers as tool groups: the project's own server (tests/mcp_server.py) run for real
+over stdio and streamable HTTP, the gatekeeper's verdicts on MCP tools, the ``[mcp]``
+settings, and one session that loads an MCP group and calls a tool through the gatekeeper."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.gatekeeper import judge
+from actors.gatekeeper_policy import Policy, action_hash
+from actors.ports import ToolOutput
+from actors.security import PipelineConfig, parse_policy
+from adapters.config import (
+    ConfigError,
+    McpServer,
+    McpSettings,
+    load_settings,
+    render_settings,
+)
+from adapters.host import known_secrets
+from adapters.mcp_tools import McpTools, WithMcpTools, tool_name
+from adapters.tools import BuiltinTools
+from events.messages import ToolProposal
+from tests.conftest import Engine
+from tests.helpers import say, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def stdio_server(**fields: Any) -> McpServer:
+    """The test server, started by the manager as a process of its own."""
+    return McpServer(command=sys.executable, args=["-m", "tests.mcp_server"], cwd=str(REPO),
+                     **fields)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class HttpServer:
+    """The test server over streamable HTTP, in a process this test starts and kills."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}/mcp"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> HttpServer:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.mcp_server", "--http", str(self.port)],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(self._listening, f"the MCP test server on port {self.port}")
+        return self
+
+    def _listening(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+        except OSError:
+            return False
+        return True
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def http_server() -> Iterator[HttpServer]:
+    server = HttpServer(free_port())
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def start_mcp(tmp_path: Path) -> Iterator[Callable[..., McpTools]]:
+    """Start an MCP manager for these servers (stopped after the test)."""
+    managers: list[McpTools] = []
+
+    def start(call_timeout: float = 10.0, **servers: McpServer) -> McpTools:
+        settings = McpSettings(servers=servers, call_timeout=call_timeout, connect_timeout=10)
+        manager = McpTools(settings, log_dir=str(tmp_path / "mcp-logs")).start()
+        managers.append(manager)
+        manager.wait_ready()
+        return manager
+
+    yield start
+    for manager in managers:
+        manager.stop()
+
+
+def call(manager: McpTools, tool: str, **arguments: Any) -> ToolOutput:
+    return manager.execute(tool, arguments, "/nowhere")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+# --- tools, groups and calls -------------------------------------------------------------
+
+
+def test_tools_and_groups_are_namespaced_by_server(start_mcp: Callable[..., McpTools]) -> None:
+    manager = start_mcp(alpha=stdio_server(), beta=stdio_server(trust="read"))
+    groups = manager.groups()
+    assert set(groups) == {"mcp_alpha", "mcp_beta"}
+    assert groups["mcp_alpha"].startswith("tools of the MCP server alpha (alpha__add, ")
+    alpha = manager.definitions(["mcp_alpha"])
+    assert {d["name"] for d in alpha} == {
+        "alpha__add", "alpha__echo", "alpha__fail", "alpha__slow", "alpha__pid",
+        "alpha__getenv", "alpha__pixel", "alpha__word_count"}  # word.count made valid
+    add = next(d for d in alpha if d["name"] == "alpha__add")
+    assert add["description"] == "Add two integers."
+    assert add["input_schema"]["type"] == "object"
+    assert set(add["input_schema"]["required"]) == {"a", "b"}
+    assert len(manager.definitions()) == 16 and manager.definitions("nothing") == []
+    assert manager.group_of("beta__echo") == "mcp_beta"
+    assert manager.group_of("beta__missing") is None and manager.group_of("read_file") is None
+    assert tool_name("s", "a.b/c") == "s__a_b_c"
+    assert tool_name("s", "x" * 70) is None and tool_name("s", "") is None
+
+
+def test_calls_over_stdio(start_mcp: Callable[..., McpTools],
+                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TETHER_TEST_SECRET_TOKEN", "must-not-leak")
+    manager = start_mcp(demo=stdio_server(env={"GREETING": "hello"}))
+    assert call(manager, "demo__add", a=2, b=3) == ToolOutput("5", False)
+    assert call(manager, "demo__word_count", text="one two three") == ToolOutput("3", False)
+    failed = call(manager, "demo__fail", message="no luck")
+    assert failed.is_error and "no luck" in failed.content
+    assert call(manager, "demo__pixel").content.startswith("[image block: image/png, about ")
+    unknown = call(manager, "demo__nope")
+    assert unknown.is_error and "has no tool 'demo__nope'" in unknown.content
+    # Only the configured variables (and a minimal environment) reach the server.
+    assert call(manager, "demo__getenv", name="GREETING").content == "hello"
+    assert call(manager, "demo__getenv", name="TETHER_TEST_SECRET_TOKEN").content == "(unset)"
+
+
+def test_calls_over_http_and_the_server_going_away(
+    start_mcp: Callable[..., McpTools], http_server: HttpServer,
+) -> None:
+    http_server.start()
+    manager = start_mcp(web=McpServer(url=http_server.url, headers={"X-Tether": "test"}))
+    assert call(manager, "web__add", a=20, b=22) == ToolOutput("42", False)
+
+    http_server.kill()
+    gone = call(manager, "web__add", a=1, b=1)
+    assert gone.is_error and "MCP server web" in gone.content
+    assert "may or may not have run" in gone.content or "was not run" in gone.content
+    still = call(manager, "web__echo", text="anyone?")
+    assert still.is_error and "was not run: MCP server web is unavailable" in still.content
+    assert "web__add" in manager.definitions(["mcp_web"])[0]["name"]  # still offered
+
+    http_server.start()
+    assert call(manager, "web__echo", text="back") == ToolOutput("back", False)
+    assert manager.status()["web"].connects == 2
+
+    # Restarted between two calls: the server no longer knows the session and refuses
+    # the call unrun (HTTP 404), so it is sent again on a new session.
+    http_server.kill()
+    http_server.start()
+    assert call(manager, "web__add", a=2, b=2) == ToolOutput("4", False)
+    assert manager.status()["web"].connects == 3
+
+
+def test_a_server_killed_mid_call_fails_that_call_and_the_next_one_works(
+    start_mcp: Callable[..., McpTools], tmp_path: Path,
+) -> None:
+    manager = start_mcp(demo=stdio_server())
+    pid = int(call(manager, "demo__pid").content)
+    started = tmp_path / "started"
+    results: list[ToolOutput] = []
+    runner = threading.Thread(target=lambda: results.append(
+        call(manager, "demo__slow", seconds=30, started=str(started))))
+    runner.start()
+    wait_until(started.exists, "the slow call to reach the server")
+    os.kill(pid, signal.SIGKILL)
+    runner.join(timeout=10)
+    (lost,) = results
+    assert lost.is_error and "connection to MCP server demo was lost during demo__slow" in (
+        lost.content)
+    assert "may or may not have run" in lost.content and "not run again" in lost.content
+
+    again = call(manager, "demo__pid")
+    assert not again.is_error and int(again.content) != pid
+    assert manager.status()["demo"].connects == 2
+
+
+def test_a_server_killed_while_idle_is_reconnected(start_mcp: Callable[..., McpTools]) -> None:
+    manager = start_mcp(demo=stdio_server())
+    pid = int(call(manager, "demo__pid").content)
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not manager.status()["demo"].connected, "the loss to be noticed")
+    assert call(manager, "demo__add", a=1, b=2) == ToolOutput("3", False)  # never sent before
+
+
+def test_a_call_that_takes_too_long_gets_an_error(start_mcp: Callable[..., McpTools]) -> None:
+    manager = start_mcp(call_timeout=0.3, demo=stdio_server())
+    slow = call(manager, "demo__slow", seconds=5)
+    assert slow.is_error and "did not answer within 0.3 s" in slow.content
+    assert call(manager, "demo__add", a=1, b=1) == ToolOutput("2", False)  # still connected
+
+
+def test_servers_down_at_startup_are_left_out_then_retried(
+    start_mcp: Callable[..., McpTools], http_server: HttpServer,
+) -> None:
+    manager = start_mcp(broken=McpServer(command=str(REPO / "no-such-server")),
+                        web=McpServer(url=http_server.url))
+    assert manager.groups() == {} and manager.definitions() == []
+    status = manager.status()
+    assert "FileNotFoundError" in status["broken"].error and status["web"].error
+    broken = call(manager, "broken__anything")
+    assert broken.is_error and "broken__anything was not run: MCP server broken is " \
+        "unavailable (FileNotFoundError" in broken.content
+
+    http_server.start()  # the server comes up later: the next call connects
+    assert call(manager, "web__add", a=1, b=1) == ToolOutput("2", False)
+    assert set(manager.groups()) == {"mcp_web"}
+
+
+def test_stop_ends_the_server_processes(tmp_path: Path) -> None:
+    manager = McpTools(McpSettings(servers={"demo": stdio_server()})).start()
+    manager.wait_ready()
+    pid = int(call(manager, "demo__pid").content)
+    manager.stop()
+    wait_until(lambda: not alive(pid), "the server process to end")
+    closed = call(manager, "demo__add", a=1, b=1)
+    assert closed.is_error and "connections are closed" in closed.content
+
+
+def test_builtin_and_mcp_tools_share_one_executor(start_mcp: Callable[..., McpTools],
+                                                   workspace: Path) -> None:
+    tools = WithMcpTools(BuiltinTools(), start_mcp(demo=stdio_server()))
+    assert {"files", "shell", "mcp_demo"} <= set(tools.groups())
+    assert tools.group_of("read_file") == "files" and tools.group_of("demo__add") == "mcp_demo"
+    names = [d["name"] for d in tools.definitions(["files", "mcp_demo", "mcp_gone"])]
+    assert names[:4] == ["read_file", "write_file", "edit_file", "list_dir"]
+    assert "demo__add" in names and "run_shell" not in names
+    assert len(tools.definitions()) == len(BuiltinTools().definitions()) + 8
+    (workspace / "a.txt").write_text("hi\n")
+    assert tools.execute("read_file", {"path": "a.txt"}, str(workspace)).content.startswith("hi")
+    assert tools.execute("demo__add", {"a": 1, "b": 1}, str(workspace)).content == "2"
+
+
+# --- the gatekeeper ----------------------------------------------------------------------
+
+
+def proposal(tool: str, tool_input: dict[str, Any], workspace: Path,
+             mode: str = "default") -> ToolProposal:
+    return ToolProposal(session_id="s", call_id="c", tool=tool, input=tool_input,
+                        workspace=str(workspace), action_hash=action_hash(tool, tool_input),
+                        mode=mode)  # type: ignore[arg-type]
+
+
+def test_the_gatekeeper_asks_a_person_unless_trusted_or_allowed(tmp_path: Path) -> None:
+    mcp = McpSettings(servers={"demo": stdio_server(), "docs": stdio_server(trust="read")})
+    lists = Policy.from_settings({"known_prefixes": list(mcp.prefixes())})
+    cfg = PipelineConfig(home=str(tmp_path / "home"), read_only_tools=mcp.read_only_prefixes())
+
+    asked = judge(proposal("demo__add", {"a": 1, "b": 2}, tmp_path), lists, cfg, NOW)
+    assert (asked.decision, asked.tier, asked.required_tier) == ("escalate", "escalation", 3)
+    assert "demo__add is a tool Tether does not model" in asked.reason
+    assert asked.reason.endswith("it needs approval by a person (tier 3)")
+
+    read = judge(proposal("docs__echo", {"text": "x"}, tmp_path), lists, cfg, NOW)
+    assert (read.decision, read.tier) == ("allow", "tier1")
+    outside = judge(proposal("docs__echo", {"path": "/etc/passwd"}, tmp_path), lists, cfg, NOW)
+    assert (outside.decision, outside.tier) == ("deny", "protection")
+    planning = judge(proposal("docs__echo", {"text": "x"}, tmp_path, "plan"), lists, cfg, NOW)
+    assert planning.decision == "allow"  # a read: fine while planning
+    plan_ask = judge(proposal("demo__add", {"a": 1}, tmp_path, "plan"), lists, cfg, NOW)
+    assert plan_ask.decision == "deny" and plan_ask.tier == "mode"
+
+    stranger = judge(proposal("other__add", {}, tmp_path), lists, cfg, NOW)
+    assert (stranger.decision, stranger.tier) == ("deny", "policy")
+    denied = judge(proposal("demo__add", {}, tmp_path),
+                   Policy.from_settings({"known_prefixes": ["demo__"],
+                                         "deny_tools": ["demo__add"]}), cfg, NOW)
+    assert denied.decision == "deny" and "denied by policy" in denied.reason
+
+    allowing = parse_policy("version: 1\nrules:\n  - tool: 'demo__*'\n    verdict: allow\n")
+    allowed = judge(proposal("demo__add", {"a": 1}, tmp_path), lists,
+                    PipelineConfig(policy=allowing, home=str(tmp_path)), NOW)
+    assert (allowed.decision, allowed.tier) == ("allow", "tier0")
+
+
+# --- settings ------------------------------------------------------------------------------
+
+
+def test_the_mcp_table(tmp_path: Path) -> None:
+    (tmp_path / "tether.toml").write_text(
+        '[mcp]\ncall_timeout = 20\n'
+        '[mcp.servers.github]\ncommand = "npx"\nargs = ["-y", "server-github"]\n'
+        'env = { GITHUB_TOKEN = "ghp_very_secret_token_1234" }\ncwd = "tools"\n'
+        '[mcp.servers.docs]\nurl = "https://docs.example/mcp"\ntrust = "read"\n'
+        'headers = { Authorization = "Bearer abcdefghijklmnopqrstuv" }\n')
+    settings = load_settings(env={}, cwd=str(tmp_path))
+    github, docs = settings.mcp.servers["github"], settings.mcp.servers["docs"]
+    assert (github.transport, github.cwd, github.trust) == ("stdio", str(tmp_path / "tools"), "ask")
+    assert (docs.transport, docs.trust, settings.mcp.call_timeout) == ("http", "read", 20.0)
+    assert settings.mcp.prefixes() == ("github__", "docs__")
+    assert settings.mcp.read_only_prefixes() == ("docs__",)
+    shown = render_settings(settings)
+    assert "github (stdio npx -y server-github; trust ask; GITHUB_TOKEN=ghp_…(masked))" in shown
+    assert "ghp_very" not in shown and "abcdefgh" not in shown
+    secrets = known_secrets(settings)
+    assert "ghp_very_secret_token_1234" in secrets and "abcdefghijklmnopqrstuv" in secrets
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    ('[mcp.servers."my server"]\ncommand = "x"\n', "the server name 'my server' must be"),
+    ('[mcp.servers.a__b]\ncommand = "x"\n', "the server name 'a__b' must be"),
+    ("[mcp.servers.a]\n", "mcp.servers.a: give exactly one of command"),
+    ('[mcp.servers.a]\ncommand = "x"\nurl = "http://h/mcp"\n', "not both"),
+    ('[mcp.servers.a]\nurl = "ftp://h/mcp"\n', "url must be an http:// or https:// URL"),
+    ('[mcp.servers.a]\nurl = "http://h/mcp"\nargs = ["-v"]\n', "are for command servers"),
+    ('[mcp.servers.a]\ncommand = "x"\nheaders = { A = "b" }\n', "headers are for url"),
+    ('[mcp.servers.a]\ncommand = "x"\ntrust = "all"\n', "Invalid enum value 'all'"),
+    ('[mcp.servers.a]\ncommand = "x"\nport = 1\n', "unknown field port"),
+])
+def test_a_bad_mcp_table_names_the_server(tmp_path: Path, table: str, message: str) -> None:
+    (tmp_path / "tether.toml").write_text(table)
+    with pytest.raises(ConfigError, match=r"^tether\.toml: mcp") as error:
+        load_settings(env={}, cwd=str(tmp_path))
+    assert message in str(error.value)
+
+
+# --- a session -----------------------------------------------------------------------------
+
+
+def test_a_session_loads_an_mcp_group_and_a_person_approves_the_call(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    host, _, llm = engine("""
+responses:
+  - match: "add them"
+    blocks:
+      - tool_use: {name: load_tools, input: {groups: [mcp_demo]}}
+  - match: "loaded mcp_demo"
+    blocks:
+      - tool_use: {name: demo__add, input: {a: 20, b: 22}}
+  - match: "42"
+    blocks: [{text: "The sum is 42."}]
+""", mcp=McpSettings(servers={"demo": stdio_server()}))
+    channel = watch_channel(host, "test")
+    sid = say(host, "add them up")
+    asked = channel.wait_for("approval").text
+    assert "demo__add" in asked and "a person (tier 3)" in asked
+    say(host, f"/approve {asked.split()[1].rstrip(':')}", sid)
+    channel.wait_for("completed")
+
+    assert "mcp_demo" in str(llm.requests[0]["tools"])  # offered by load_tools
+    assert "demo__add" in {t["name"] for t in llm.requests[-1]["tools"]}
+    events = host.app.session_events(sid)
+    loaded = [(e.groups, e.reason) for e in events if type(e).__name__ == "ToolsLoaded"]
+    assert loaded == [(["mcp_demo"], "load_tools")]
+    decided = [(e.decision, e.tier) for e in events
+               if type(e).__name__ == "ToolCallDecided" and e.tier != "engine"]
+    assert decided == [("escalate", "escalation"), ("allow", "human")]
+    executed = [(e.output, e.is_error) for e in events
+                if type(e).__name__ == "ToolCallExecuted" and e.tool == "demo__add"]
+    assert executed == [("42", False)]
