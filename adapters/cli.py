@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -203,16 +203,26 @@ def cmd_telegram(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_kill(args: argparse.Namespace) -> int:
+T = TypeVar("T")
+
+
+def _ask_engine(args: argparse.Namespace, request: Any, reply: type[T],
+                timeout: float = 15.0) -> T:
+    """Ask the running engine's session manager (found as for ``chat --remote``)."""
     from actors.runtime import ask
-    from events.messages import Killed, KillSession
 
     bus, subjects = _remote(_settings(args))
     try:
-        killed = ask(bus, subjects.manager, KillSession(session_id=args.session,
-                                                        reason=args.reason), Killed)
+        return ask(bus, subjects.manager, request, reply, timeout=timeout)
     finally:
         bus.close()
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    from events.messages import Killed, KillSession
+
+    killed = _ask_engine(args, KillSession(session_id=args.session, reason=args.reason),
+                         Killed, timeout=5.0)
     if not killed.found:
         print(f"tether: no active session {args.session!r}", file=sys.stderr)
         return 1
@@ -221,17 +231,12 @@ def cmd_kill(args: argparse.Namespace) -> int:
 
 
 def cmd_fork(args: argparse.Namespace) -> int:
-    from actors.runtime import ask
     from events.messages import Accepted, ForkSession
 
     at = args.at or ""
     request = (ForkSession(session_id=args.session, at_version=int(at)) if at.isdigit()
                else ForkSession(session_id=args.session, at_node=at))
-    bus, subjects = _remote(_settings(args))
-    try:
-        forked = ask(bus, subjects.manager, request, Accepted, timeout=15)
-    finally:
-        bus.close()
+    forked = _ask_engine(args, request, Accepted)
     print(f"forked {args.session} into {forked.session_id}; continue with: tether chat "
           f"--remote --session {forked.session_id}")
     return 0
@@ -239,15 +244,9 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
 def cmd_tree(args: argparse.Namespace) -> int:
     from actors.conversation import render_tree
-    from actors.runtime import ask
     from events.messages import TreeQuery, TreeView
 
-    bus, subjects = _remote(_settings(args))
-    try:
-        view = ask(bus, subjects.manager, TreeQuery(session_id=args.session), TreeView,
-                   timeout=15)
-    finally:
-        bus.close()
+    view = _ask_engine(args, TreeQuery(session_id=args.session), TreeView)
     if args.json:
         print(msgspec.json.encode(view).decode())
         return 0
@@ -275,14 +274,9 @@ def cmd_edit(args: argparse.Namespace) -> int:
 
 
 def _move(args: argparse.Namespace, request: Any) -> int:
-    from actors.runtime import ask
     from events.messages import Branched
 
-    bus, subjects = _remote(_settings(args))
-    try:
-        moved = ask(bus, subjects.manager, request, Branched, timeout=15)
-    finally:
-        bus.close()
+    moved = _ask_engine(args, request, Branched)
     print(f"session {moved.session_id} now stands at {moved.node_id[:8]} "
           f"({moved.messages} messages); its next message continues from there "
           f"(or: tether generate {moved.session_id})")
@@ -290,16 +284,11 @@ def _move(args: argparse.Namespace, request: Any) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from actors.runtime import ask
     from events.messages import Accepted, Generate
 
-    bus, subjects = _remote(_settings(args))
-    try:
-        accepted = ask(bus, subjects.manager, Generate(
-            session_id=args.session, n=args.n, tools=not args.no_tools,
-            max_tool_iterations=args.max_tool_iterations), Accepted, timeout=15)
-    finally:
-        bus.close()
+    accepted = _ask_engine(args, Generate(
+        session_id=args.session, n=args.n, tools=not args.no_tools,
+        max_tool_iterations=args.max_tool_iterations), Accepted)
     print(f"generating in {accepted.session_id}: {args.n} completion"
           f"{'s' if args.n != 1 else ''}; follow with tether chat --remote --session "
           f"{accepted.session_id}, then tether tree {accepted.session_id}")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -32,3 +35,18 @@ def wait_until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> N
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
+
+
+def tether_cli(host: Host, nats_url: str) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``tether ARGS...`` in a subprocess against ``host`` (its bus, namespace, state
+    and store), as a user at another terminal would."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "ANTHROPIC_"))}
+    env.update({"TETHER_NATS_URL": nats_url, "TETHER_NAMESPACE": host.subjects.namespace,
+                "TETHER_STATE_DIR": host.settings.state_dir,
+                "TETHER_DATABASE_URL": host.settings.database_url})
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "adapters.cli", *args], env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    return run

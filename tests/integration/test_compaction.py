@@ -40,6 +40,19 @@ responses:
 """
 
 
+def three_turns(host: Any, channel: Any) -> str:
+    """Three long messages, each answered; the third crosses the trigger. Returns the
+    session's id."""
+    sid = say(host, turn("first"))
+    channel.wait_for("completed")
+    say(host, turn("second"), sid)
+    channel.wait_for("completed")
+    assert "HistoryCompacted" not in names(host, sid)  # 4,000 tokens: under the trigger
+    say(host, turn("third"), sid)
+    channel.wait_for("completed")
+    return sid
+
+
 def names(host: Any, sid: str) -> list[str]:
     return [type(e).__name__ for e in host.app.session_events(sid)]
 
@@ -49,14 +62,7 @@ def test_a_full_history_is_summarized_and_its_facts_flushed_to_memory(
 ) -> None:
     host, _, llm = engine(script("- The user prefers tabs.\n- Deploys run on Fridays."),
                               context_window=WINDOW)
-    channel = watch_channel(host, "test")
-    sid = say(host, turn("first"))
-    channel.wait_for("completed")
-    say(host, turn("second"), sid)
-    channel.wait_for("completed")
-    assert "HistoryCompacted" not in names(host, sid)  # 4,000 tokens: under the trigger
-    say(host, turn("third"), sid)
-    channel.wait_for("completed")
+    sid = three_turns(host, watch_channel(host, "test"))
 
     memory_call, summary_call, answered = llm.requests[2:5]
     assert memory_call["system"] == MEMORY_PROMPT and summary_call["system"] == SUMMARY_PROMPT
@@ -96,13 +102,7 @@ def test_nothing_is_appended_to_memory_when_there_are_no_facts(
 ) -> None:
     (workspace / "MEMORY.md").write_text("## 2025-12-30\n\n- Older fact.\n")
     host, _, llm = engine(script("NONE"), context_window=WINDOW)
-    channel = watch_channel(host, "test")
-    sid = say(host, turn("first"))
-    channel.wait_for("completed")
-    say(host, turn("second"), sid)
-    channel.wait_for("completed")
-    say(host, turn("third"), sid)
-    channel.wait_for("completed")
+    sid = three_turns(host, watch_channel(host, "test"))
     assert (workspace / "MEMORY.md").read_text() == "## 2025-12-30\n\n- Older fact.\n"
     assert "MemoryFlushed" not in names(host, sid)
     assert "HistoryCompacted" in names(host, sid)
@@ -123,13 +123,7 @@ responses:
   - match: "third"
     blocks: [{text: "Noted three."}]
 """, context_window=WINDOW)
-    channel = watch_channel(host, "test")
-    sid = say(host, turn("first"))
-    channel.wait_for("completed")
-    say(host, turn("second"), sid)
-    channel.wait_for("completed")
-    say(host, turn("third"), sid)
-    channel.wait_for("completed")
+    sid = three_turns(host, watch_channel(host, "test"))
     failed = next(e for e in host.app.session_events(sid)
                   if type(e).__name__ == "CompactionFailed")
     assert "too long" in failed.error

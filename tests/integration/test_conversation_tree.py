@@ -5,10 +5,7 @@ tool-iteration limit and an abort's single error."""
 
 from __future__ import annotations
 
-import os
 import queue
-import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +31,7 @@ from events.messages import (
     TreeView,
 )
 from tests.conftest import Engine
-from tests.helpers import say, wait_until
+from tests.helpers import say, tether_cli, wait_until
 
 
 class GenerationWatcher:
@@ -327,14 +324,7 @@ def test_tree_branch_edit_and_generate_from_the_command_line(
     channel = watch_channel(host, "test")
     sid = say(host, "look around")
     channel.wait_for("completed")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "ANTHROPIC_"))}
-    env.update({"TETHER_NATS_URL": nats_url, "TETHER_NAMESPACE": host.subjects.namespace,
-                "TETHER_STATE_DIR": host.settings.state_dir,
-                "TETHER_DATABASE_URL": host.settings.database_url})
-
-    def tether(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "adapters.cli", *args], env=env,
-                              capture_output=True, text=True, timeout=60)
+    tether = tether_cli(host, nats_url)
 
     shown = tether("tree", sid)
     assert shown.returncode == 0, shown.stderr

@@ -12,7 +12,7 @@ from actors.runtime import RemoteError, Tick, ask
 from adapters.host import Host
 from events.messages import Accepted, Killed, KillSession, UserMessage
 from tests.conftest import Engine
-from tests.helpers import say, wait_until
+from tests.helpers import say, tether_cli, wait_until
 
 CHAT = """
 on_exhausted: reply
@@ -249,22 +249,11 @@ def test_tether_kill_and_fork_talk_to_the_running_engine(
     engine: Callable[..., Engine],
     watch_channel: Callable[..., Any], nats_url: str,
 ) -> None:
-    import os
-    import subprocess
-    import sys
-
     host, _, _ = engine()
     channel = watch_channel(host, "test")
     sid = say(host, "count the stars")
     channel.wait_for("completed")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "ANTHROPIC_"))}
-    env.update({"TETHER_NATS_URL": nats_url, "TETHER_NAMESPACE": host.subjects.namespace,
-                "TETHER_STATE_DIR": host.settings.state_dir,
-                "TETHER_DATABASE_URL": host.settings.database_url})
-
-    def tether(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "adapters.cli", *args], env=env,
-                              capture_output=True, text=True, timeout=60)
+    tether = tether_cli(host, nats_url)
 
     forked = tether("fork", "count-stars", "--at", "3")
     assert forked.returncode == 0, forked.stderr
