@@ -67,7 +67,9 @@ def notice_for(event: str, data: dict[str, Any]) -> tuple[str, str] | None:
             "completed",
             f"done: {data['rounds']} round(s), {usage['input_tokens']} in / "
             f"{usage['output_tokens']} out tokens, ${data['cost_usd']:.4f}"
-            + (" (round limit reached)" if data["stop"] == "round_limit" else ""),
+            + (f"; stopped at the round limit ({data['rounds']} rounds) while the model "
+               "still wanted tools: send a message to let it go on"
+               if data["stop"] == "round_limit" else ""),
         )
     if event == "TurnFailed":
         return "failed", f"the turn failed: {data['error']}"

@@ -115,7 +115,8 @@ def test_turn_completed_summarises_usage_and_cost(session: Session) -> None:
     )
     session.complete_turn(rounds=10, usage=Usage(5, 6), cost_usd=0.0, stop="round_limit")
     assert notice_for(*one(session)) == (
-        "completed", "done: 10 round(s), 5 in / 6 out tokens, $0.0000 (round limit reached)"
+        "completed", "done: 10 round(s), 5 in / 6 out tokens, $0.0000; stopped at the round "
+        "limit (10 rounds) while the model still wanted tools: send a message to let it go on"
     )
 
 
