@@ -58,13 +58,17 @@ def build_request(
     clamped to what the model and its window allow (:func:`clamp_max_tokens`; ``window``
     overrides the model table's when not 0)."""
     messages = shape_messages(history)
-    used = estimate_request_tokens(system, messages, tools)
+    history_tokens = estimate_history_tokens(messages)
+    used = estimate_tokens(system) + history_tokens + sum(
+        estimate_tokens(_json(tool)) for tool in tools)
     return ModelRequest(
         model=model,
         system=system,
         messages=messages,
         tools=tools,
         max_tokens=clamp_max_tokens(max_tokens, model, used, window),
+        history_tokens=history_tokens,
+        input_tokens=used,
     )
 
 
@@ -501,20 +505,27 @@ class CompactionPlan(NamedTuple):
 
 
 def plan_compaction(history: list[Turn], *, system: str, window: int,
+                    sent_tokens: int | None = None,
                     keep_turns: int = KEEP_TURNS) -> CompactionPlan | None:
     """The compaction the history needs before the next model call, or None.
 
     The history is measured as it is sent (stale tool results summarized, as the seed
-    does before compacting) against :func:`context_budget`; at 70% or more it is split
-    with :func:`split_for_compaction`. None when under the trigger, when nothing older
-    than the recent part is left to summarize, or when that is only an earlier summary
-    (summarizing it alone again would gain nothing and could repeat every call).
+    does before compacting; ``sent_tokens``, when the caller has it from the request it
+    built, saves measuring again) against :func:`context_budget`; at 70% or more it is
+    split with :func:`split_for_compaction`. None when under the trigger, when nothing
+    older than the recent part is left to summarize, or when that is only an earlier
+    summary (summarizing it alone again would gain nothing and could repeat every call).
     """
     budget = context_budget(window, estimate_tokens(system))
-    shaped = summarize_stale_results(history, keep_turns)
-    tokens = estimate_history_tokens(shaped)
-    if not needs_compaction(tokens, budget):
+    shaped: list[Turn] | None = None
+    if sent_tokens is None:
+        shaped = summarize_stale_results(history, keep_turns)
+        sent_tokens = estimate_history_tokens(shaped)
+    if not needs_compaction(sent_tokens, budget):
         return None
+    if shaped is None:
+        shaped = summarize_stale_results(history, keep_turns)
+    tokens = sent_tokens
     older, _ = split_for_compaction(shaped, budget)
     if not older or (len(older) == 1 and is_summary_message(older[0])):
         return None

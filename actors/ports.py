@@ -30,6 +30,10 @@ class ModelRequest(msgspec.Struct, kw_only=True):
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = []
     max_tokens: int = 4096
+    history_tokens: int = 0
+    """Estimated tokens of ``messages`` (0: not estimated), for compaction; never sent."""
+    input_tokens: int = 0
+    """Estimated input tokens of the whole request (0: not estimated); never sent."""
 
 
 class TextDelta(msgspec.Struct, tag=True):

@@ -41,7 +41,6 @@ from actors.context import (
     build_request,
     context_window,
     estimate_history_tokens,
-    estimate_request_tokens,
     memory_append,
     memory_request,
     parse_facts,
@@ -636,10 +635,11 @@ class SessionActor(TetherActor):
     def _next_call(self) -> None:
         """The turn's next model call; when the history fills 70% of the context budget it
         is compacted first (two model calls in the background, then this call)."""
-        plan = plan_compaction(self.session.history, system=self._system_text(),
-                               window=self._window())
+        request = self._build_request()
+        plan = plan_compaction(self.session.history, system=request.system,
+                               window=self._window(), sent_tokens=request.history_tokens)
         if plan is None:
-            self._call_model()
+            self._call_model(request)
             return
         self._active()
         self.compaction = plan
@@ -706,7 +706,22 @@ class SessionActor(TetherActor):
             self.session.system_prompt or self.config.system_prompt, self.session.mode,
             self._plan_file())
 
-    def _call_model(self) -> None:
+    def _build_request(self) -> ModelRequest:
+        """The next call's request from the history (mirrored into the tree first)."""
+        self._sync_tree()
+        self.alt_parent = self.mirror.cursor
+        return build_request(
+            self.session.history,
+            model=self.config.model,
+            tools=self._tool_definitions(),
+            max_tokens=self.config.max_tokens,
+            system=self._system_text(),
+            window=self.config.context_window,
+        )
+
+    def _call_model(self, request: ModelRequest | None = None) -> None:
+        """Stream one model call: ``request``, else another completion of the last one,
+        else a request built now."""
         self._active()
         self.streams = {}
         self.generation = self.session.version
@@ -715,23 +730,15 @@ class SessionActor(TetherActor):
         self.done = None
         self.phase = "streaming"
         self._publish("turn_start")
-        if self.alternative and self.request is not None:
-            request = self.request  # another completion of the same context, built once
-        else:
-            self._sync_tree()
-            self.alt_parent = self.mirror.cursor
-            request = self.request = build_request(
-                self.session.history,
-                model=self.config.model,
-                tools=self._tool_definitions(),
-                max_tokens=self.config.max_tokens,
-                system=self._system_text(),
-                window=self.config.context_window,
-            )
+        if request is None:
+            if self.alternative and self.request is not None:
+                request = self.request  # another completion of the same context, built once
+            else:
+                request = self._build_request()
+        self.request = request
         self._emit(ProviderRequest, model=request.model, messages=len(request.messages),
-                   input_tokens=estimate_request_tokens(request.system, request.messages,
-                                                        request.tools),
-                   max_tokens=request.max_tokens, tools=[t["name"] for t in request.tools])
+                   input_tokens=request.input_tokens, max_tokens=request.max_tokens,
+                   tools=[t["name"] for t in request.tools])
         generation, ref, provider = self.generation, self.actor_ref, self.provider
         self.task = self.bus.spawn(lambda: pump_model(provider, request, generation, ref))
 

@@ -396,7 +396,6 @@ class Generate(Message):
     n: Annotated[int, msgspec.Meta(ge=1, le=16)] = 1
     tools: bool = True
     max_tool_iterations: Annotated[int, msgspec.Meta(ge=0)] = 5
-    channel: OptionalToken = ""
     user: str = "user"
 
 

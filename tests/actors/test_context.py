@@ -120,6 +120,10 @@ def test_build_request() -> None:
     assert request.messages == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
     custom = build_request(history, model="m", tools=[], max_tokens=1, system="Be terse.")
     assert custom.system == "Be terse."
+    # the estimates travel with the request (for compaction and the generation events)
+    assert request.history_tokens == estimate_history_tokens(request.messages)
+    assert request.input_tokens == estimate_request_tokens(
+        DEFAULT_SYSTEM_PROMPT, request.messages, tools)
 
 
 def test_tool_result_default_is_error_is_explicit() -> None:
@@ -503,6 +507,10 @@ def test_plan_compaction_triggers_at_70_percent_of_the_budget() -> None:
     assert plan.replaced == 10 and plan.older == history[:10]
     # a bigger window leaves the same history under the trigger
     assert plan_compaction(history, system="s", window=200_000) is None
+    # a measure the caller already has decides the trigger; the split is the same
+    assert plan_compaction(history, system="s", window=10_000, sent_tokens=100) is None
+    given = plan_compaction(history[:5], system="s", window=10_000, sent_tokens=6000)
+    assert given is not None and given.tokens == 6000 and given.replaced == 4
 
 
 def test_plan_compaction_measures_the_history_as_sent() -> None:

@@ -344,3 +344,26 @@ def test_tree_branch_edit_and_generate_from_the_command_line(
     assert back.returncode == 0, back.stderr
     forked = tether("fork", sid, "--at", user.node_id[:8])
     assert forked.returncode == 0, forked.stderr
+
+
+def test_the_round_limit_ends_a_turn_after_25_rounds_with_a_clear_note(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    # The model asks for a tool every time; the default limit (25 rounds) ends the turn.
+    loop = "\n".join("""  - blocks:
+      - tool_use: {name: list_dir, input: {path: "."}}""" for _ in range(30))
+    host, _, llm = engine(f"responses:\n{loop}\n")
+    assert host.settings.round_limit == 25
+    watcher = GenerationWatcher(host)
+    channel = watch_channel(host, "test")
+    sid = say(host, "keep listing")
+    note = channel.wait_for("completed", timeout=60).text
+    assert "stopped at the round limit (25 rounds) while the model still wanted tools" in note
+    assert len(llm.requests) == 25
+    done = watcher.until_end(timeout=30)[-1]
+    assert isinstance(done, GenerationDone) and done.stop == "round_limit"
+    assert len(done.nodes) == 25
+    completed = [e for e in host.app.session_events(sid) if type(e).__name__ == "TurnCompleted"]
+    assert [(e.rounds, e.stop) for e in completed] == [(25, "round_limit")]
+    session = host.app.session(sid)
+    assert session is not None and session.pending_tool_calls() == []
