@@ -363,6 +363,8 @@ class SessionActor(TetherActor):
         """The node the turn's completions answer."""
         self.request: ModelRequest | None = None
         self.gen_seq = 0
+        self.gen_turn = 0
+        """The turn the generation events belong to (turns completed before it)."""
         self.turn_nodes: list[str] = []
         self.generation_subject = self.subjects.generation(session_id)
         self.compaction: CompactionPlan | None = None
@@ -400,6 +402,7 @@ class SessionActor(TetherActor):
         self.forest = self.app.forest(self.session_id) or Forest(session_id=self.session_id)
         self.mirror = TreeMirror(self.forest)
         self.gen = None
+        self.gen_turn, self.gen_seq = session.completed_turns, 0
         self.phase = "idle"
         self.tool_queue.clear()
         self.last_input = self.last_activity = self.clock.now()
@@ -627,6 +630,7 @@ class SessionActor(TetherActor):
         self.unchecked_retries = 0
         self.reminders = []
         self.gen_seq = 0
+        self.gen_turn = self.session.completed_turns
         self.turn_nodes = []
         self.alternative = False
         self.completions_left = self.gen.n - 1 if self.gen is not None else 0
@@ -775,7 +779,7 @@ class SessionActor(TetherActor):
         """Publish one generation event of the running turn."""
         self.gen_seq += 1
         self.send(self.generation_subject, event(
-            session_id=self.session_id, turn=self.session.completed_turns, seq=self.gen_seq,
+            session_id=self.session_id, turn=self.gen_turn, seq=self.gen_seq,
             **fields))
 
     def _move(self, message: BranchTo | EditNode) -> Branched | ErrorReply:

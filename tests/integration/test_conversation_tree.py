@@ -102,7 +102,7 @@ def test_generation_events_come_in_order_and_the_tree_mirrors_the_session(
         "ProviderRequest", "ProviderResponse", "AssistantNode", "GenerationDone",
     ]
     assert [e.seq for e in events] == list(range(1, 9))
-    assert {e.session_id for e in events} == {sid}
+    assert {(e.session_id, e.turn) for e in events} == {(sid, 0)}
     first_request, listing, result, final, done = (
         events[0], events[2], events[3], events[6], events[7])
     assert first_request.messages == 1 and first_request.max_tokens >= 1
@@ -154,6 +154,7 @@ def test_edit_branches_generate_answers_and_branch_goes_back(
     events = watcher.until_end()
     assert kinds(events) == ["ProviderRequest", "ProviderResponse", "AssistantNode",
                              "GenerationDone"]
+    assert {e.turn for e in events} == {2}  # two turns completed before this one
     assert events[2].parent_id == moved.node_id
     sent = llm.requests[-1]["messages"]
     assert sent[-1]["content"][-1]["text"] == "Edited question"
