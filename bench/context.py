@@ -22,6 +22,11 @@ Per size (10, 100, 1,000, 10,000 and 30,000 messages; ``--quick``: 10 and 100):
 * **catch-up**: what the actor reads from the store between turns,
   :meth:`TetherApplication.catch_up`: with no new event, and with one new turn's events
   (8 events appended meanwhile by another copy of the aggregate).
+* **tree +1 turn / tree walk**: :class:`actors.conversation.TreeMirror` putting one new
+  turn's messages into the session's conversation tree (what the actor does each turn),
+  and walking the whole held history into it again, every node found by prefix matching
+  (what it does after a compaction or a branch). In memory; the store's save of the new
+  tree events is one more append, like catch-up's.
 * **reload+build** (the raw baseline): ``app.session(sid)`` (the whole session replayed
   from the store) then ``build_request``: what a framework that re-reads the history on
   every turn pays. ``reload`` alone is shown too.
@@ -61,8 +66,10 @@ from actors.context import (
     summarize_stale_results,
     summary_text,
 )
+from actors.conversation import TreeMirror
 from bench.common import Printer, ratio, say, table
 from events.application import TetherApplication
+from events.forest import Forest
 from events.messages import TextBlock, ToolUseBlock, Usage
 from events.session import Session
 
@@ -270,6 +277,11 @@ class SizeResult:
     catch_up_turn_ms: float
     reload_ms: float
     reload_build_ms: float
+    mirror_turn_ms: float
+    """Mirroring one new turn (4 messages) into the conversation tree."""
+    mirror_all_ms: float
+    """Walking the whole held history into the tree again (after a compaction, a branch),
+    every node already there."""
 
     @property
     def ratio(self) -> float:
@@ -328,12 +340,36 @@ def measure(app: TetherApplication, messages: int, quick: bool) -> SizeResult:
         samples.append((time.perf_counter() - t0) * 1000.0)
         if reader.version != session.version:
             raise RuntimeError(f"caught up to {reader.version}, expected {session.version}")
+    mirror_turn_ms, mirror_all_ms = measure_mirror(session, quick)
     return SizeResult(
+        mirror_turn_ms=mirror_turn_ms, mirror_all_ms=mirror_all_ms,
         messages=messages, events=events, held=held, compactions=compactions, tokens=tokens,
         clamped=request.max_tokens, build_ms=build_ms,
         catch_up_none_ms=catch_up_none_ms, catch_up_turn_ms=statistics.median(samples),
         reload_ms=reload_ms, reload_build_ms=reload_build_ms,
     )
+
+
+def measure_mirror(session: Session, quick: bool) -> tuple[float, float]:
+    """Median ms of mirroring one new turn into the session's tree, and of walking the
+    whole held history into it again (the tree is built first, untimed)."""
+    mirror = TreeMirror(Forest(session_id=session.session_id))
+    history = list(session.history)
+    mirror.sync(DEFAULT_SYSTEM_PROMPT, history)
+    scratch = Session(session_id="scratch", name="scratch", workspace="/ws", model=MODEL,
+                      channel="terminal")
+    turn = len(history)
+    samples: list[float] = []
+    for _ in range(QUICK_NEW_TURNS if quick else FULL_NEW_TURNS):
+        record_turn(scratch, turn)
+        history.extend(scratch.history[-MESSAGES_PER_TURN:])
+        turn += 1
+        t0 = time.perf_counter()
+        mirror.sync(DEFAULT_SYSTEM_PROMPT, history)
+        samples.append((time.perf_counter() - t0) * 1000.0)
+    whole = median_ms(lambda: mirror.sync(DEFAULT_SYSTEM_PROMPT, list(history)),
+                      QUICK_BUILD if quick else FULL_BUILD)
+    return statistics.median(samples), whole
 
 
 def run(quick: bool = False, out: Printer = say) -> ContextResults:
@@ -360,12 +396,13 @@ def run(quick: bool = False, out: Printer = say) -> ContextResults:
             app.close()
     for line in table(
         ["messages", "events", "held", "compactions", "est. tokens", "max_tokens", "build ms",
-         "catch-up ms", "catch-up +1 turn ms", "reload ms", "reload+build ms",
-         "build/reload+build"],
+         "catch-up ms", "catch-up +1 turn ms", "tree +1 turn ms", "tree walk ms",
+         "reload ms", "reload+build ms", "build/reload+build"],
         [
             [f"{r.messages:,}", f"{r.events:,}", f"{r.held:,}", f"{r.compactions}",
              f"{r.tokens:,}", f"{r.clamped:,}",
              f"{r.build_ms:.3f}", f"{r.catch_up_none_ms:.3f}", f"{r.catch_up_turn_ms:.3f}",
+             f"{r.mirror_turn_ms:.3f}", f"{r.mirror_all_ms:.2f}",
              f"{r.reload_ms:.2f}", f"{r.reload_build_ms:.2f}", f"{r.ratio:.3f}"]
             for r in results
         ],
@@ -375,6 +412,8 @@ def run(quick: bool = False, out: Printer = say) -> ContextResults:
     out("build = build_request on the in-memory history (what each model call does);")
     out("catch-up = app.catch_up between turns (no new event / one new turn's 8 events);")
     out("reload+build = app.session(sid) then build_request (the re-read-everything baseline).")
+    out("tree +1 turn = mirroring one new turn into the conversation tree (each turn);")
+    out("tree walk = the whole held history again (after a compaction or a branch);")
     out("held = messages the session holds after compaction (70% of the model's budget);")
     out("past the first compaction build stops growing with the stored history.")
     context = ContextResults(results)
