@@ -65,6 +65,19 @@ class TreeMirror:
         self._history = None
 
 
+def locate(state: ForestState, system_prompt: str, history: Sequence[Turn]) -> str:
+    """The node a session with ``history`` under ``system_prompt`` stands at, found
+    without changing the tree; ``""`` when the tree does not hold that path (yet)."""
+    node = state.find_root(system_prompt) if history else None
+    if node is None:
+        return ""
+    for turn in history:
+        node, changes = state.plan_append(node, turn.role, turn.content)
+        if changes:
+            return ""
+    return node
+
+
 def history_of(path: Sequence[Node]) -> list[Turn]:
     """The history a session standing at the end of ``path`` has: its messages without
     the root (the system prompt is assembled anew each turn)."""
@@ -120,18 +133,24 @@ def tree_nodes(state: ForestState) -> list[TreeNode]:
 def render_tree(nodes: Sequence[TreeNode], cursor: str, width: int = 100) -> list[str]:
     """The tree as indented lines, the cursor's node marked ``*`` and the nodes on its
     path ``|``; each line names the node id's first 8 characters (enough to pass to
-    ``tether branch``/``edit``/``fork --at``, which take any unique prefix)."""
+    ``tether branch``/``edit``/``fork --at``, which take any unique prefix). A message
+    with one reply keeps its column; the children of a root or of a branch point are
+    indented one step, so a long conversation without branches stays readable."""
     on_path: set[str] = set()
-    parents = {n.node_id: n.parent_id for n in nodes}
+    by_id = {n.node_id: n for n in nodes}
     current = cursor
     while current:
         on_path.add(current)
-        current = parents.get(current, "")
+        current = by_id[current].parent_id if current in by_id else ""
+    indent: dict[str, int] = {}
     lines: list[str] = []
-    for node in nodes:
+    for node in nodes:  # parents come before their children
+        parent = by_id.get(node.parent_id)
+        indent[node.node_id] = 0 if parent is None else indent[parent.node_id] + (
+            1 if not parent.parent_id or parent.children > 1 else 0)
         mark = "*" if node.node_id == cursor else ("|" if node.node_id in on_path else " ")
         marks = f" [{', '.join(node.bookmarks)}]" if node.bookmarks else ""
-        head = f"{mark} {'  ' * node.depth}{node.node_id[:8]} {node.role}{marks}: "
+        head = f"{mark} {'  ' * indent[node.node_id]}{node.node_id[:8]} {node.role}{marks}: "
         room = max(20, width - len(head))
         text = node.text if len(node.text) <= room else node.text[: room - 1] + "…"
         lines.append(head + text)

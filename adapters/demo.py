@@ -18,6 +18,7 @@ from typing import TextIO
 
 import msgspec
 
+from actors.conversation import locate, render_tree, tree_nodes
 from adapters.config import Settings
 from adapters.render import render_session, render_sessions, render_timeline
 
@@ -110,6 +111,14 @@ def run_demo(settings: Settings, out: TextIO | None = None) -> int:
                 say()
                 say(f"== the session as stored (tether replay {sid} --until {session.version}) ==")
                 say(render_session(session))
+            forest = host.app.forest(sid)
+            if forest is not None:
+                say()
+                say(f"== its conversation tree (tether tree {sid}) ==")
+                cursor = locate(forest.state, session.system_prompt,
+                                session.history) if session else ""
+                for line in render_tree(tree_nodes(forest.state), cursor):
+                    say(line)
             with open(os.path.join(settings.workspace, "calc.py")) as fh:
                 say()
                 say("== calc.py, written by the allowed tool calls ==")

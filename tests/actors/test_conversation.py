@@ -7,6 +7,7 @@ import pytest
 from actors.conversation import (
     TreeMirror,
     history_at,
+    locate,
     node_text,
     render_tree,
     resolve_node,
@@ -120,7 +121,26 @@ def test_node_text_and_the_rendered_tree() -> None:
     assert [(n.depth, n.text) for n in nodes] == [
         (0, "prompt"), (1, "hi"), (2, "hello"), (2, "howdy")]
     assert nodes[3].bookmarks == ["alt"] and nodes[1].children == 2
+    mirror.sync("prompt", [user("hi"), assistant("howdy"), user("more"), assistant("ok")])
+    nodes = tree_nodes(forest.state)
     lines = render_tree(nodes, mirror.cursor)
-    assert [line[0] for line in lines] == ["|", "|", " ", "*"]
+    assert [line[0] for line in lines] == ["|", "|", " ", "|", "|", "*"]
     assert lines[3].endswith("assistant [alt]: howdy")
     assert lines[2].startswith(f"      {nodes[2].node_id[:8]} assistant: hello")
+    # under the root and at a branch point one step in; a single reply keeps its column
+    assert [len(line[2:]) - len(line[2:].lstrip()) for line in lines] == [0, 2, 4, 4, 4, 4]
+
+
+def test_locate_finds_the_cursor_without_changing_the_tree() -> None:
+    forest = Forest(session_id="s1")
+    mirror = TreeMirror(forest)
+    history = [user("hi"), CALL, RESULT, assistant("done")]
+    mirror.sync("prompt", history)
+    forest.collect_events()
+    assert locate(forest.state, "prompt", history) == mirror.cursor
+    assert locate(forest.state, "prompt", history[:2]) == forest.state.path(
+        mirror.cursor)[2].id
+    assert locate(forest.state, "prompt", [*history, user("new")]) == ""
+    assert locate(forest.state, "other", history) == ""
+    assert locate(forest.state, "prompt", []) == ""
+    assert forest.pending_events == []  # nothing was recorded
