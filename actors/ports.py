@@ -29,6 +29,10 @@ class ModelRequest(msgspec.Struct, kw_only=True):
     system: str
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = []
+    tool_choice: dict[str, Any] | None = None
+    """The Messages API ``tool_choice`` (None: not sent, the API's ``auto``). A call that
+    must not use tools but whose history holds tool blocks sends the tools with
+    ``{"type": "none"}``: the API refuses tool blocks in a request that defines no tools."""
     max_tokens: int = 4096
     history_tokens: int = 0
     """Estimated tokens of ``messages`` (0: not estimated), for compaction; never sent."""

@@ -7,9 +7,13 @@ ends with one ``MessageDone`` holding the whole message, or raises ``ProviderErr
 Contract details the SDK does not give for free:
 
 - a stream that ends without ``message_stop`` raises ``ProviderError`` (the SDK accepts a
-  cut-short body silently);
-- every failure (connection refused, timeout, HTTP 4xx/5xx, a broken or malformed stream)
-  becomes ``ProviderError`` with a message fit for the user; API keys never appear in it;
+  cut-short body silently), transient: the connection was cut, a retry may succeed;
+- every failure (connection refused, timeout, HTTP 4xx/5xx, an ``error`` event in the
+  middle of a stream, a broken or malformed stream) becomes ``ProviderError`` with a
+  message fit for the user; API keys never appear in it;
+- ``ProviderError.transient`` is decided by the API's error type when the body names one
+  (see :func:`is_transient`), else by the HTTP status; this matters for an ``error``
+  event sent after HTTP 200, which the SDK raises as ``APIStatusError`` with status 200;
 - the request runs inside ``async with client.messages.stream(...)``, so cancelling the
   consuming task (or closing the generator) closes the HTTP connection at once;
 - ``import anthropic`` takes seconds, so it happens on first use, not at import time;
@@ -35,10 +39,49 @@ from actors.ports import (
 )
 from events.messages import ContentBlock, TextBlock, ToolUseBlock, Usage
 
-__all__ = ["LOCAL_API_KEY", "AnthropicProvider"]
+__all__ = [
+    "LOCAL_API_KEY",
+    "PERMANENT_ERROR_TYPES",
+    "TRANSIENT_ERROR_TYPES",
+    "AnthropicProvider",
+    "is_transient",
+]
 
 LOCAL_API_KEY = "local"
 """Placeholder key used against a local server (the SDK refuses to run without one)."""
+
+TRANSIENT_ERROR_TYPES = frozenset(
+    {"overloaded_error", "rate_limit_error", "api_error", "timeout_error"}
+)
+"""API error types worth retrying (with any type whose name contains ``timeout``)."""
+
+PERMANENT_ERROR_TYPES = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "billing_error",
+        "permission_error",
+        "not_found_error",
+        "request_too_large",
+    }
+)
+"""API error types a retry cannot fix."""
+
+
+def is_transient(status: int, error_type: str) -> bool:
+    """Whether an API error is worth retrying.
+
+    ``error_type`` (the body's ``error.type``, empty when unknown) decides when it is in
+    :data:`TRANSIENT_ERROR_TYPES` (or names a timeout) or :data:`PERMANENT_ERROR_TYPES`.
+    Otherwise the HTTP ``status`` does: 408, 429, 529 and 5xx are transient. An error of
+    another type sent mid-stream (``status`` below 400, the stream having answered 200)
+    is not: nothing says a retry would help.
+    """
+    if error_type in TRANSIENT_ERROR_TYPES or "timeout" in error_type:
+        return True
+    if error_type in PERMANENT_ERROR_TYPES:
+        return False
+    return status in (408, 429, 529) or status >= 500
 
 
 class _Block:
@@ -119,8 +162,10 @@ class AnthropicProvider:
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Stream one response: deltas as they arrive, then ``MessageDone``.
 
-        Raises ``ProviderError`` on any failure, including a stream that stops before
-        ``message_stop``. Cancelling the consumer closes the connection.
+        Sends ``tools`` when non-empty and ``tool_choice`` when not None. Raises
+        ``ProviderError`` on any failure, including a stream that stops before
+        ``message_stop`` or carries an ``error`` event (``transient`` as documented in the
+        module). Cancelling the consumer closes the connection.
         """
         import anthropic
 
@@ -134,6 +179,8 @@ class AnthropicProvider:
             params["system"] = request.system
         if request.tools:
             params["tools"] = request.tools
+        if request.tool_choice is not None:
+            params["tool_choice"] = request.tool_choice
 
         blocks: dict[int, _Block] = {}
         stop_reason = ""
@@ -186,25 +233,29 @@ class AnthropicProvider:
             raise
         except anthropic.APIStatusError as exc:
             status = int(getattr(exc, "status_code", 0) or 0)
-            raise ProviderError(_status_message(exc),
-                                transient=status in (408, 429, 529) or status >= 500) from exc
+            kind, _ = _error_fields(exc)
+            raise ProviderError(_status_message(exc), transient=is_transient(status, kind)) from exc
         except anthropic.APITimeoutError as exc:
-            raise ProviderError(f"model API timed out ({self._where()})", transient=True
-                                ) from exc
+            raise ProviderError(f"model API timed out ({self._where()})", transient=True) from exc
         except anthropic.APIConnectionError as exc:
             cause = exc.__cause__ or exc
-            raise ProviderError(f"cannot reach the model API ({self._where()}): {cause}",
-                                transient=True) from exc
-        except Exception as exc:
             raise ProviderError(
-                f"model stream failed ({self._where()}): {type(exc).__name__}: {exc}"
+                f"cannot reach the model API ({self._where()}): {cause}", transient=True
+            ) from exc
+        except Exception as exc:
+            # The SDK lets the HTTP library's transport errors through while a body is read
+            # (e.g. the peer closed a chunked body midway): a dropped connection, transient.
+            raise ProviderError(
+                f"model stream failed ({self._where()}): {type(exc).__name__}: {exc}",
+                transient=_is_transport_error(exc),
             ) from exc
 
         if not saw_stop:
             raise ProviderError(
                 "model stream ended before message_stop "
                 f"(after {events} events{'' if saw_start else ', no message_start'}): "
-                "the connection was cut short; the response is incomplete"
+                "the connection was cut short; the response is incomplete",
+                transient=True,
             )
         content: list[ContentBlock] = []
         for index in sorted(blocks):
@@ -244,17 +295,39 @@ def _usage(sdk_usage: Any, current: Usage) -> Usage:
     )
 
 
-def _status_message(exc: Any) -> str:
-    """``model API error 529 (overloaded_error): Overloaded`` from an APIStatusError."""
-    status = getattr(exc, "status_code", "?")
+def _is_transport_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is an HTTP transport error (connection dropped or broken) of the
+    SDK's HTTP library (``httpx`` or its fork ``httpx2``, depending on the SDK version)."""
+    return any(
+        cls.__name__ == "TransportError" and cls.__module__.split(".")[0] in ("httpx", "httpx2")
+        for cls in type(exc).__mro__
+    )
+
+
+def _error_fields(exc: Any) -> tuple[str, str]:
+    """``(error.type, error.message)`` of an APIStatusError's body (empty when absent)."""
     body = getattr(exc, "body", None)
-    kind, message = "", ""
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict):
-            kind = str(error.get("type", ""))
-            message = str(error.get("message", ""))
+            return str(error.get("type", "") or ""), str(error.get("message", "") or "")
+    return "", ""
+
+
+def _status_message(exc: Any) -> str:
+    """The user's message for an APIStatusError: ``model API error 529 (overloaded_error):
+    Overloaded`` for an HTTP error, ``model API error (overloaded_error, mid-stream):
+    Overloaded`` for an ``error`` event after the stream answered 200."""
+    status = int(getattr(exc, "status_code", 0) or 0)
+    kind, message = _error_fields(exc)
     if not message:
-        message = str(getattr(exc, "message", "")) or str(exc)
+        body = getattr(exc, "body", None)
+        if status < 400 and isinstance(body, str) and body.strip():
+            message = body.strip()  # a mid-stream error event whose data is not JSON
+        else:
+            message = str(getattr(exc, "message", "")) or str(exc)
+    if status < 400:
+        label = f"{kind}, mid-stream" if kind else "mid-stream"
+        return f"model API error ({label}): {message}"
     label = f" ({kind})" if kind else ""
-    return f"model API error {status}{label}: {message}"
+    return f"model API error {status or '?'}{label}: {message}"

@@ -23,14 +23,19 @@ errors that name the place, e.g. ``... - at `$.responses[0].blocks[1]```)::
         delay_ms: 0                  # optional: pause between deltas (default 0)
         truncate: false              # optional: end the stream cleanly but without
                                      # message_stop (fault injection)
-        blocks:                      # each block has exactly one of text / tool_use
-          - text: "Hello there"
+        blocks:                      # each block has exactly one of text / thinking /
+          - text: "Hello there"      # tool_use
           - tool_use: {name: read_file, input: {path: README.md}}
         usage: {input_tokens: 10, output_tokens: 20}  # optional, else estimated
       - error: {status: 529, type: overloaded_error, message: "Overloaded"}
                                      # optional instead of blocks: answer with this HTTP
                                      # error (Anthropic error JSON); served once like any
                                      # other response
+      - blocks: [{text: "Half an ans"}]        # may be empty
+        stream_error: {type: overloaded_error, message: "Overloaded"}
+                                     # stream the blocks (HTTP 200), then an `error` event
+                                     # instead of message_delta / message_stop; a request
+                                     # without `stream` gets the matching HTTP error
 
 Selection: each request is served the first not-yet-served response whose ``match``
 matches (a response without ``match`` matches anything); each response is served once, so
@@ -38,6 +43,12 @@ unmatched responses keep their order. When none is left the server answers a pla
 reply ``(script exhausted)`` and counts it in :attr:`FakeLLM.exhausted`; with
 ``on_exhausted: error`` it answers HTTP 500 with an Anthropic-style error body (and
 ``x-should-retry: false`` so the SDK does not retry).
+
+Requests the real API would refuse (see :func:`request_problem`) get HTTP 400 and use up
+nothing. A scripted response the real API could not have given under the request's
+``tool_choice`` (a tool_use block under ``{"type": "none"}``; none, or not the named tool,
+under ``any`` / ``tool``) is a script problem: HTTP 500 ``api_error`` with
+``x-should-retry: false``, listed in :attr:`FakeLLM.script_errors`.
 
 ``stop_reason`` is ``tool_use`` when the response has a tool_use block, else ``end_turn``.
 Tool-use ids are unique per server (``toolu_fake_0001``...). Every request body received is
@@ -66,6 +77,7 @@ import msgspec.yaml
 
 __all__ = [
     "DEFAULT_CHUNK",
+    "ERROR_STATUS",
     "EXHAUSTED_TEXT",
     "Block",
     "ErrorSpec",
@@ -73,11 +85,14 @@ __all__ = [
     "Response",
     "Script",
     "ScriptError",
+    "StreamErrorSpec",
     "ToolUseSpec",
     "UsageSpec",
     "load_script",
     "main",
     "parse_script",
+    "request_problem",
+    "tool_choice_problem",
 ]
 
 DEFAULT_CHUNK = 12
@@ -126,8 +141,38 @@ class ErrorSpec(msgspec.Struct, forbid_unknown_fields=True):
     message: str = "scripted error"
 
 
+class StreamErrorSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """An ``error`` event sent in the middle of a stream, after the response's blocks, as
+    the real API does when it fails after answering HTTP 200 (fault injection). There is no
+    ``status``: the stream's status is already 200. A request without ``stream`` gets the
+    HTTP error the type implies (``overloaded_error`` 529, ``rate_limit_error`` 429...,
+    500 for an unknown type)."""
+
+    type: str = "api_error"
+    message: str = "scripted error"
+
+
+ERROR_STATUS: dict[str, int] = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+"""The HTTP status the Messages API uses for each error type."""
+
+
 class Response(msgspec.Struct, forbid_unknown_fields=True):
-    """One scripted model response (see the module docstring for the meaning of fields)."""
+    """One scripted model response (see the module docstring for the meaning of fields).
+
+    Exactly one outcome: ``blocks`` streamed to the end (non-empty), ``error`` (an HTTP
+    error, no blocks), or ``stream_error`` (``blocks``, possibly none, then an error event;
+    not with ``truncate``, which is another way to end early)."""
 
     blocks: list[Block] = []
     match: str | None = None
@@ -136,12 +181,27 @@ class Response(msgspec.Struct, forbid_unknown_fields=True):
     truncate: bool = False
     usage: UsageSpec | None = None
     error: ErrorSpec | None = None
+    stream_error: StreamErrorSpec | None = None
 
     def __post_init__(self) -> None:
-        if self.error is None and not self.blocks:
-            raise ValueError("a response needs a non-empty `blocks` list (or an `error`)")
+        if self.error is not None and self.stream_error is not None:
+            raise ValueError("a response has either `error` or `stream_error`, not both")
         if self.error is not None and self.blocks:
             raise ValueError("a response has either `blocks` or `error`, not both")
+        if self.stream_error is not None and self.truncate:
+            raise ValueError(
+                "a response has either `truncate` or `stream_error`, not both "
+                "(each ends the stream early)"
+            )
+        if self.error is None and self.stream_error is None and not self.blocks:
+            raise ValueError(
+                "a response needs a non-empty `blocks` list (or an `error` or `stream_error`)"
+            )
+
+    @property
+    def tool_names(self) -> list[str]:
+        """Names of the tools its tool_use blocks call, in order."""
+        return [b.tool_use.name for b in self.blocks if b.tool_use is not None]
 
 
 class Script(msgspec.Struct, forbid_unknown_fields=True):
@@ -206,17 +266,56 @@ def last_user_text(body: dict[str, Any]) -> str:
     return ""
 
 
+TOOL_CHOICE_TYPES = ("auto", "any", "tool", "none")
+
+
+def _tool_names(body: dict[str, Any]) -> list[str] | None:
+    """Names of the tools the request defines; None when it defines none (``tools``
+    missing or an empty list)."""
+    tools = body.get("tools")
+    if not isinstance(tools, list) or not tools:
+        return None
+    return [str(t.get("name")) for t in tools if isinstance(t, dict)]
+
+
+def _tool_choice_problem(body: dict[str, Any]) -> str | None:
+    """What is wrong with the request's ``tool_choice`` (absent: nothing)."""
+    if "tool_choice" not in body:
+        return None
+    choice = body["tool_choice"]
+    if not isinstance(choice, dict) or choice.get("type") not in TOOL_CHOICE_TYPES:
+        return f"tool_choice.type: must be one of {', '.join(TOOL_CHOICE_TYPES)}"
+    kind = choice["type"]
+    names = _tool_names(body)
+    if kind in ("any", "tool") and names is None:
+        return f"tool_choice: `{kind}` may only be specified while providing tools"
+    if kind == "tool":
+        name = choice.get("name")
+        if not isinstance(name, str) or not name:
+            return "tool_choice.name: Field required"
+        if names is not None and name not in names:
+            return f"tool_choice.name: tool `{name}` is not among the request's tools"
+    return None
+
+
 def request_problem(body: dict[str, Any]) -> str | None:
     """What the real Messages API would refuse in this request, or None.
 
     Checked: ``messages`` is a non-empty list starting with a user message; roles are
     ``user`` or ``assistant``; text blocks are not empty; every tool_use of an assistant
     message is answered by a tool_result in the next message, which must be a user one;
-    every tool_result answers a tool_use of the message just before it.
+    every tool_result answers a tool_use of the message just before it; a request whose
+    messages hold a tool_use or tool_result block defines ``tools`` (a non-empty list);
+    ``tool_choice``, when given, is an object whose ``type`` is auto, any, tool or none,
+    ``any`` and ``tool`` come with tools, and ``tool`` names one of them.
     """
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return "messages: at least one message is required"
+    problem = _tool_choice_problem(body)
+    if problem is not None:
+        return problem
+    has_tools = _tool_names(body) is not None
     if not isinstance(messages[0], dict) or messages[0].get("role") != "user":
         return "messages: the first message must use the user role"
     previous_uses: set[str] = set()
@@ -238,6 +337,11 @@ def request_problem(body: dict[str, Any]) -> str | None:
         for block in blocks:
             if isinstance(block, dict) and block.get("type") == "text" and not block.get("text"):
                 return f"messages.{index}: text content blocks must be non-empty"
+        if (uses or results) and not has_tools:
+            return (
+                f"messages.{index}: Requests which include `tool_use` or `tool_result` "
+                "blocks must define tools."
+            )
         if previous_uses:
             missing = previous_uses - results
             if message["role"] != "user" or missing:
@@ -252,6 +356,34 @@ def request_problem(body: dict[str, Any]) -> str | None:
                 f"{', '.join(sorted(extra))}"
             )
         previous_uses = uses if message["role"] == "assistant" else set()
+    return None
+
+
+def tool_choice_problem(body: dict[str, Any], response: Response) -> str | None:
+    """Why the real API could not answer ``body`` with ``response``, given the request's
+    ``tool_choice`` (a script problem), or None.
+
+    ``none``: the model never calls a tool, so no tool_use block may be scripted. ``any``:
+    at least one tool_use block. ``tool``: a tool_use block calling the named tool. A
+    response that is an HTTP ``error`` has no blocks and is always possible.
+    """
+    choice = body.get("tool_choice")
+    if response.error is not None or not isinstance(choice, dict):
+        return None
+    kind = choice.get("type")
+    called = response.tool_names
+    if kind == "none" and called:
+        return (
+            "the request's tool_choice is `none` (the real API never returns tool_use then) "
+            f"but the scripted response calls {', '.join(called)}"
+        )
+    if kind == "any" and not called and response.stream_error is None:
+        return "the request's tool_choice is `any` but the scripted response calls no tool"
+    if kind == "tool" and choice.get("name") not in called and response.stream_error is None:
+        return (
+            f"the request's tool_choice is tool `{choice.get('name')}` but the scripted "
+            "response does not call it"
+        )
     return None
 
 
@@ -312,6 +444,7 @@ class FakeLLM:
         self._exhausted = 0
         self._completed = 0
         self._disconnects = 0
+        self._script_errors: list[str] = []
         self._stopping = threading.Event()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -403,10 +536,25 @@ class FakeLLM:
             return self._disconnects
 
     @property
+    def script_errors(self) -> list[str]:
+        """Script problems met while serving (each answered HTTP 500), in order; a test
+        may assert it is empty."""
+        with self._lock:
+            return list(self._script_errors)
+
+    @property
     def remaining(self) -> int:
         """How many scripted responses are not served yet."""
         with self._lock:
             return self._served_flags.count(False)
+
+    def wait_for_completed(self, count: int = 1, timeout: float = 5.0) -> bool:
+        """Block until ``completed >= count`` (True) or ``timeout`` seconds pass (False).
+
+        A client may read the end of a stream just before the server counts it: wait
+        rather than read ``completed`` right after a response."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._completed >= count, timeout=timeout)
 
     def wait_for_disconnects(self, count: int = 1, timeout: float = 5.0) -> bool:
         """Block until ``disconnects >= count`` (True) or ``timeout`` seconds pass (False)."""
@@ -415,8 +563,9 @@ class FakeLLM:
 
     # -- used by the handler --
 
-    def _record(self, body: dict[str, Any]) -> Response | None:
-        """Record a request and pick its response (None when the script is exhausted)."""
+    def _record(self, body: dict[str, Any]) -> tuple[int, Response] | None:
+        """Record a request and pick its response and the response's index in the script
+        (None when the script is exhausted)."""
         wanted = last_user_text(body)
         with self._lock:
             self._requests.append(body)
@@ -427,10 +576,15 @@ class FakeLLM:
                     self._served_flags[i] = True
                     self._served += 1
                     self._emit(f"request {len(self._requests)}: response {i + 1}")
-                    return response
+                    return i, response
             self._exhausted += 1
             self._emit(f"request {len(self._requests)}: script exhausted")
             return None
+
+    def _script_error(self, problem: str) -> None:
+        with self._lock:
+            self._script_errors.append(problem)
+            self._emit(f"script problem: {problem}")
 
     def _next_tool_id(self) -> str:
         with self._lock:
@@ -538,8 +692,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(400, _error_body("invalid_request_error", problem))
             return
         fake = self.server.fake
-        response = fake._record(body)
-        if response is None:
+        picked = fake._record(body)
+        if picked is None:
             if fake._on_exhausted == "error":
                 self._send_json(
                     500,
@@ -548,9 +702,22 @@ class _Handler(BaseHTTPRequestHandler):
                 )
                 return
             response = Response(blocks=[Block(text=EXHAUSTED_TEXT)])
+        else:
+            index, response = picked
+            problem = tool_choice_problem(body, response)
+            if problem is not None:
+                message = f"fake LLM script problem: response {index + 1}: {problem}"
+                fake._script_error(message)
+                self._send_json(500, _error_body("api_error", message), {"x-should-retry": "false"})
+                return
         if response.error is not None:
             err = response.error
             self._send_json(err.status, _error_body(err.type, err.message))
+            return
+        if response.stream_error is not None and not body.get("stream"):
+            late = response.stream_error
+            status = ERROR_STATUS.get(late.type, 500)
+            self._send_json(status, _error_body(late.type, late.message))
             return
         plan = _Plan(fake, body, response)
         if body.get("stream"):
@@ -651,7 +818,8 @@ class _Plan:
 
     def events(self) -> Iterator[dict[str, Any]]:
         """The server-sent events of the stream, in order (without ``message_stop`` when
-        the response is truncated)."""
+        the response is truncated; ending with an ``error`` event after the blocks, and
+        without ``message_delta`` / ``message_stop``, when it has a ``stream_error``)."""
         size = self.response.chunk
         yield {"type": "message_start", "message": self.message(final=False)}
         yield {"type": "ping"}
@@ -703,6 +871,10 @@ class _Plan:
                         "delta": {"type": "input_json_delta", "partial_json": piece},
                     }
             yield {"type": "content_block_stop", "index": index}
+        late = self.response.stream_error
+        if late is not None:
+            yield {"type": "error", "error": {"type": late.type, "message": late.message}}
+            return
         yield {
             "type": "message_delta",
             "delta": {"stop_reason": self.stop_reason, "stop_sequence": None},

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -40,7 +42,26 @@ responses:
     chunk: 1
     delay_ms: 1000
     blocks: [{text: "a very slow answer that nobody waits for"}]
+  - match: "overload me"
+    chunk: 4
+    blocks: [{text: "half an answer"}]
+    stream_error: {type: overloaded_error, message: Overloaded}
+  - match: "refuse midway"
+    blocks: [{text: "started"}]
+    stream_error: {type: invalid_request_error, message: "prompt is too long"}
+  - match: "no tools now"
+    blocks: [{text: "Just text."}]
+  - match: "sneaky tool"
+    blocks: [{tool_use: {name: read_file, input: {path: x}}}]
 """
+
+TOOLS = [
+    {
+        "name": "read_file",
+        "description": "Read a file",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
+]
 
 
 def _request(text: str) -> ModelRequest:
@@ -48,15 +69,27 @@ def _request(text: str) -> ModelRequest:
         model="claude-test",
         system="You are a test.",
         messages=[{"role": "user", "content": text}],
-        tools=[
-            {
-                "name": "read_file",
-                "description": "Read a file",
-                "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
-            }
-        ],
+        tools=TOOLS,
         max_tokens=512,
     )
+
+
+def _history_with_tool_blocks(last: str) -> list[dict[str, Any]]:
+    """A conversation holding a tool_use and its tool_result, then a user message."""
+    return [
+        {"role": "user", "content": "read it"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "done"},
+                {"type": "text", "text": last},
+            ],
+        },
+    ]
 
 
 def _collect(provider: AnthropicProvider, request: ModelRequest) -> list[ModelEvent]:
@@ -162,6 +195,7 @@ def test_match_picks_the_response_for_the_conversation(
                 ],
             },
         ],
+        tools=TOOLS,  # the API refuses tool blocks in a request that defines no tools
     )
     second = _collect(provider, follow_up)[-1]
     assert isinstance(second, MessageDone)
@@ -191,8 +225,9 @@ def test_http_error_becomes_provider_error() -> None:
     )
     with FakeLLM(script) as fake:
         provider = AnthropicProvider(api_key=None, base_url=fake.base_url, max_retries=0)
-        with pytest.raises(ProviderError, match="529 \\(overloaded_error\\): Overloaded"):
+        with pytest.raises(ProviderError, match="529 \\(overloaded_error\\): Overloaded") as info:
             _collect(provider, _request("hi"))
+        assert info.value.transient
 
 
 def test_truncated_stream_is_an_error(fake: FakeLLM, provider: AnthropicProvider) -> None:
@@ -205,10 +240,133 @@ def test_truncated_stream_is_an_error(fake: FakeLLM, provider: AnthropicProvider
         finally:
             await provider.aclose()
 
-    with pytest.raises(ProviderError, match="ended before message_stop"):
+    with pytest.raises(ProviderError, match="ended before message_stop") as info:
         asyncio.run(run())
+    assert info.value.transient  # a dropped connection: worth retrying
     assert seen  # the deltas did arrive, but no MessageDone
     assert not any(isinstance(e, MessageDone) for e in seen)
+
+
+def _stream_until_error(
+    provider: AnthropicProvider, request: ModelRequest
+) -> tuple[list[ModelEvent], ProviderError]:
+    seen: list[ModelEvent] = []
+
+    async def run() -> None:
+        try:
+            async for event in provider.stream(request):
+                seen.append(event)
+        finally:
+            await provider.aclose()
+
+    with pytest.raises(ProviderError) as info:
+        asyncio.run(run())
+    return seen, info.value
+
+
+def test_overloaded_error_mid_stream_is_transient(
+    fake: FakeLLM, provider: AnthropicProvider
+) -> None:
+    seen, error = _stream_until_error(provider, _request("overload me please"))
+    assert str(error) == "model API error (overloaded_error, mid-stream): Overloaded"
+    assert error.transient
+    assert "".join(e.text for e in seen if isinstance(e, TextDelta)) == "half an answer"
+    assert not any(isinstance(e, MessageDone) for e in seen)
+
+
+def test_invalid_request_error_mid_stream_is_not_transient(
+    fake: FakeLLM, provider: AnthropicProvider
+) -> None:
+    _, error = _stream_until_error(provider, _request("refuse midway"))
+    assert str(error) == ("model API error (invalid_request_error, mid-stream): prompt is too long")
+    assert not error.transient
+
+
+def test_connection_dropped_mid_body_is_transient() -> None:
+    """A peer that closes a chunked body midway (not a clean end): the SDK lets the HTTP
+    library's error through; the provider makes it a transient ProviderError."""
+    start = (
+        b'event: message_start\ndata: {"type":"message_start","message":{"id":"m",'
+        b'"type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,'
+        b'"stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":1}}}\n\n'
+    )
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            received = b""
+            while b"\r\n\r\n" not in received:
+                received += conn.recv(65536)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(start), start)
+            )  # no last chunk: the connection just closes
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        port = listener.getsockname()[1]
+        provider = AnthropicProvider(api_key=None, base_url=f"http://127.0.0.1:{port}")
+        _, error = _stream_until_error(provider, _request("hi"))
+        assert error.transient
+        assert "model stream failed" in str(error)
+    finally:
+        thread.join(timeout=5)
+        listener.close()
+
+
+def test_tool_blocks_without_tools_are_refused_and_not_transient(
+    fake: FakeLLM, provider: AnthropicProvider
+) -> None:
+    request = ModelRequest(
+        model="claude-test", system="", messages=_history_with_tool_blocks("no tools now")
+    )
+    _, error = _stream_until_error(provider, request)
+    assert str(error).startswith("model API error 400 (invalid_request_error): messages.1: ")
+    assert "must define tools" in str(error)
+    assert not error.transient
+    assert fake.requests == []  # refused before anything was served
+    assert fake.remaining == 8
+
+
+def test_tool_choice_none_is_sent_and_recorded(fake: FakeLLM, provider: AnthropicProvider) -> None:
+    request = ModelRequest(
+        model="claude-test",
+        system="",
+        messages=_history_with_tool_blocks("no tools now"),
+        tools=TOOLS,
+        tool_choice={"type": "none"},
+    )
+    done = _collect(provider, request)[-1]
+    assert isinstance(done, MessageDone)
+    assert done.content == [TextBlock(text="Just text.")]
+    [sent] = fake.requests
+    assert sent["tool_choice"] == {"type": "none"}
+    assert sent["tools"][0]["name"] == "read_file"
+
+
+def test_tool_choice_is_not_sent_when_none(fake: FakeLLM, provider: AnthropicProvider) -> None:
+    _collect(provider, _request("no tools now"))
+    assert "tool_choice" not in fake.requests[0]
+
+
+def test_a_tool_call_scripted_under_tool_choice_none_is_a_script_problem(
+    fake: FakeLLM, provider: AnthropicProvider
+) -> None:
+    request = ModelRequest(
+        model="claude-test",
+        system="",
+        messages=[{"role": "user", "content": "sneaky tool"}],
+        tools=TOOLS,
+        tool_choice={"type": "none"},
+    )
+    _, error = _stream_until_error(provider, request)
+    assert "fake LLM script problem" in str(error) and "tool_choice is `none`" in str(error)
+    [problem] = fake.script_errors
+    assert "calls read_file" in problem
 
 
 def test_connection_refused_is_a_provider_error() -> None:

@@ -50,6 +50,9 @@ def _sse(raw: bytes) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+TOOLS = [{"name": "read_file", "input_schema": {"type": "object"}}]
+
+
 def _request(text: str = "hello", stream: bool = True) -> dict[str, Any]:
     return {
         "model": "claude-test",
@@ -105,7 +108,7 @@ def test_stream_has_the_messages_api_event_sequence(fake: FakeLLM) -> None:
     message_delta = events[-2][1]
     assert message_delta["delta"]["stop_reason"] == "tool_use"
     assert message_delta["usage"]["output_tokens"] == 22
-    assert fake.completed == 1
+    assert fake.wait_for_completed(1)
 
 
 def test_requests_are_recorded(fake: FakeLLM) -> None:
@@ -131,6 +134,7 @@ responses:
         assert _text_of(_sse(_post(fake, _request("hello"))[2])) == "Generic answer."
         assert _text_of(_sse(_post(fake, _request("what is the weather?"))[2])) == ("It is sunny.")
         tool_result = _request()
+        tool_result["tools"] = TOOLS
         tool_result["messages"] = [
             {"role": "user", "content": "read it"},
             {
@@ -227,6 +231,19 @@ def test_non_streaming_request_gets_the_whole_message() -> None:
             "exactly one of `text`, `thinking` or `tool_use` - at `$.responses[0].blocks[0]`",
         ),
         ("responses:\n  - blocks: []\n", "non-empty `blocks`"),
+        (
+            "responses:\n  - error: {status: 529}\n    stream_error: {type: api_error}\n",
+            "either `error` or `stream_error`",
+        ),
+        (
+            "responses:\n  - truncate: true\n    blocks: [{text: a}]\n"
+            "    stream_error: {type: api_error}\n",
+            "either `truncate` or `stream_error`",
+        ),
+        (
+            "responses:\n  - stream_error: {status: 529}\n",
+            "unknown field `status` - at `$.responses[0].stream_error`",
+        ),
         ("responses:\n  - chunk: 0\n    blocks: [{text: hi}]\n", "`$.responses[0].chunk`"),
         ("on_exhausted: explode\nresponses: []\n", "`$.on_exhausted`"),
         ("{}\n", "missing required field `responses`"),
@@ -313,18 +330,21 @@ def test_command_rejects_a_bad_script(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_a_conversation_the_real_api_would_refuse_gets_a_400() -> None:
     script = parse_script("responses:\n  - blocks: [{text: never served}]\n")
     unanswered = _request()
+    unanswered["tools"] = TOOLS
     unanswered["messages"] = [
         {"role": "user", "content": "go"},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "t9", "name": "x",
-                                            "input": {}}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t9", "name": "x", "input": {}}],
+        },
         {"role": "user", "content": [{"type": "text", "text": "and now?"}]},
     ]
     empty_text = _request()
     empty_text["messages"] = [{"role": "user", "content": [{"type": "text", "text": ""}]}]
     stray_result = _request()
+    stray_result["tools"] = TOOLS
     stray_result["messages"] = [
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
-                                      "content": "x"}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]},
     ]
     with FakeLLM(script) as fake:
         for body, expected in (
@@ -337,3 +357,144 @@ def test_a_conversation_the_real_api_would_refuse_gets_a_400() -> None:
             error = json.loads(payload)["error"]
             assert error["type"] == "invalid_request_error" and expected in error["message"]
         assert fake.requests == [] and fake.remaining == 1
+
+
+def test_stream_error_is_an_error_event_after_the_blocks() -> None:
+    script = parse_script(
+        """
+responses:
+  - chunk: 4
+    blocks: [{text: "half an answer"}, {tool_use: {name: read_file}}]
+    stream_error: {type: overloaded_error, message: Overloaded}
+"""
+    )
+    with FakeLLM(script) as fake:
+        status, _, raw = _post(fake, _request())
+        assert status == 200
+        events = _sse(raw)
+        names = [name for name, _ in events]
+        assert names[:2] == ["message_start", "ping"]
+        assert names.count("content_block_stop") == 2  # both blocks are streamed whole
+        assert "message_delta" not in names and "message_stop" not in names
+        assert events[-1] == (
+            "error",
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+        )
+        assert _text_of(events) == "half an answer"
+        assert fake.wait_for_completed(1)
+
+
+def test_stream_error_without_blocks_follows_message_start() -> None:
+    script = parse_script("responses:\n  - stream_error: {type: api_error, message: boom}\n")
+    with FakeLLM(script) as fake:
+        names = [name for name, _ in _sse(_post(fake, _request())[2])]
+        assert names == ["message_start", "ping", "error"]
+
+
+def test_stream_error_without_stream_is_the_matching_http_error() -> None:
+    script = parse_script(
+        "responses:\n  - blocks: [{text: hi}]\n"
+        "    stream_error: {type: overloaded_error, message: Overloaded}\n"
+    )
+    with FakeLLM(script) as fake:
+        status, _, raw = _post(fake, _request(stream=False))
+        assert status == 529
+        assert json.loads(raw)["error"] == {"type": "overloaded_error", "message": "Overloaded"}
+
+
+def _with_tool_history(body: dict[str, Any]) -> dict[str, Any]:
+    body["messages"] = [
+        {"role": "user", "content": "read it"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t1", "name": "read_file", "input": {}}],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]},
+    ]
+    return body
+
+
+@pytest.mark.parametrize("tools", [None, []])
+def test_tool_blocks_in_a_request_without_tools_get_a_400(tools: list[Any] | None) -> None:
+    script = parse_script("responses:\n  - blocks: [{text: never served}]\n")
+    body = _with_tool_history(_request())
+    if tools is not None:
+        body["tools"] = tools
+    with FakeLLM(script) as fake:
+        status, _, payload = _post(fake, body)
+        assert status == 400
+        assert json.loads(payload)["error"] == {
+            "type": "invalid_request_error",
+            "message": "messages.1: Requests which include `tool_use` or `tool_result` "
+            "blocks must define tools.",
+        }
+        assert fake.requests == [] and fake.remaining == 1
+        body["tools"] = TOOLS  # the same conversation with tools is served
+        assert _post(fake, body)[0] == 200
+        assert fake.remaining == 0
+
+
+def test_tool_choice_is_recorded() -> None:
+    with FakeLLM(parse_script("responses:\n  - blocks: [{text: plain}]\n")) as fake:
+        body = _with_tool_history(_request())
+        body["tools"] = TOOLS
+        body["tool_choice"] = {"type": "none"}
+        status, _, raw = _post(fake, body)
+        assert status == 200 and _text_of(_sse(raw)) == "plain"
+        assert fake.requests[0]["tool_choice"] == {"type": "none"}
+        assert fake.script_errors == []
+
+
+@pytest.mark.parametrize(
+    ("tools", "choice", "expected"),
+    [
+        (TOOLS, {"type": "sometimes"}, "tool_choice.type: must be one of"),
+        (TOOLS, "none", "tool_choice.type: must be one of"),
+        (None, {"type": "any"}, "`any` may only be specified while providing tools"),
+        (TOOLS, {"type": "tool"}, "tool_choice.name"),
+        (TOOLS, {"type": "tool", "name": "write_file"}, "`write_file` is not among"),
+    ],
+)
+def test_an_invalid_tool_choice_gets_a_400(
+    tools: list[Any] | None, choice: Any, expected: str
+) -> None:
+    with FakeLLM(parse_script("responses:\n  - blocks: [{text: never}]\n")) as fake:
+        body = _request()
+        if tools is not None:
+            body["tools"] = tools
+        body["tool_choice"] = choice
+        status, _, payload = _post(fake, body)
+        assert status == 400
+        assert expected in json.loads(payload)["error"]["message"]
+        assert fake.requests == [] and fake.remaining == 1
+
+
+@pytest.mark.parametrize(
+    ("choice", "blocks", "expected"),
+    [
+        ({"type": "none"}, "[{text: a}, {tool_use: {name: read_file}}]", "is `none`"),
+        ({"type": "any"}, "[{text: only text}]", "is `any` but"),
+        (
+            {"type": "tool", "name": "read_file"},
+            "[{tool_use: {name: other}}]",
+            "tool `read_file` but",
+        ),
+    ],
+)
+def test_a_response_impossible_under_tool_choice_is_a_script_problem(
+    choice: dict[str, Any], blocks: str, expected: str
+) -> None:
+    script = parse_script(f"responses:\n  - blocks: {blocks}\n")
+    with FakeLLM(script) as fake:
+        body = _request()
+        body["tools"] = [*TOOLS, {"name": "other", "input_schema": {"type": "object"}}]
+        body["tool_choice"] = choice
+        status, headers, payload = _post(fake, body)
+        assert status == 500
+        assert headers["x-should-retry"] == "false"
+        error = json.loads(payload)["error"]
+        assert error["type"] == "api_error"
+        assert error["message"].startswith("fake LLM script problem: response 1: ")
+        assert expected in error["message"]
+        assert fake.script_errors == [error["message"]]
+        assert len(fake.requests) == 1  # a valid request: recorded, the response used up

@@ -121,6 +121,38 @@ responses:
     assert len(retries()) == 2  # a bad request is not retried
 
 
+def test_an_overload_in_the_middle_of_a_stream_is_retried(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    """The API can answer 200 and then send an error event: an overload there is as
+    transient as before the stream, so the session retries it and the turn goes on."""
+    from actors.runtime import Tick
+    from tests.helpers import wait_until
+
+    host, clock, llm = engine("""
+responses:
+  - match: "busy"
+    blocks: [{text: "Starting to"}]
+    stream_error: {type: overloaded_error, message: "Overloaded"}
+  - match: "busy"
+    blocks: [{text: "Done at last."}]
+""")
+    channel = watch_channel(host, "test")
+    sid = say(host, "are you busy")
+    wait_until(lambda: any(type(e).__name__ == "ProviderRetried"
+                           for e in host.app.session_events(sid)), "the retry")
+    retried = next(e for e in host.app.session_events(sid)
+                   if type(e).__name__ == "ProviderRetried")
+    assert "overloaded_error" in retried.error and retried.delay == 1.0
+    clock.advance(1)
+    host.manager.ref.ask(Tick(), timeout=10)
+    channel.wait_for("completed")
+    assert len(llm.requests) == 2
+    session = host.app.session(sid)
+    assert session is not None and [b.text for b in session.history[-1].content] == [  # type: ignore[union-attr]
+        "Done at last."]
+
+
 def test_a_session_is_named_in_the_background_after_six_messages(
     engine: Callable[..., Engine], watch_channel: Callable[..., Any],
 ) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.runtime import ask
+from actors.runtime import Tick, ask
 from adapters.fake_llm import FakeLLM
 from adapters.host import Host
 from events.messages import Killed, KillSession
-from tests.helpers import say
+from tests.conftest import Engine
+from tests.helpers import say, wait_until
 
 LONG_TEXT = "This is a very long story that keeps going and going. " * 20
 
@@ -66,20 +67,32 @@ def test_kill_mid_stream_stops_the_model_call(
     assert not again.found
 
 
-def test_a_stream_cut_short_fails_the_turn_and_the_session_carries_on(
+def test_a_stream_cut_short_is_retried_then_fails_the_turn_and_the_session_carries_on(
     database_url: str,
-    fake_llm: Callable[[str], FakeLLM],
-    make_host: Callable[..., Host],
+    engine: Callable[..., Engine],
     watch_channel: Callable[..., Any],
 ) -> None:
-    llm = fake_llm(SCRIPT)
-    host = make_host(llm, database_url=database_url)
+    # A stream that stops before message_stop is a dropped connection: retried (after 1,
+    # 2, 4 s on the injected clock), and when every attempt is cut short the turn fails.
+    cut = """
+  - match: "cut me short"
+    truncate: true
+    blocks:
+      - text: "This reply never finishes properly."
+"""
+    host, clock, llm = engine(SCRIPT + cut * 3, database_url=database_url)
     channel = watch_channel(host, "test")
 
     sid = say(host, "please cut me short")
+    for attempt, delay in ((1, 1), (2, 2), (3, 4)):
+        wait_until(lambda a=attempt: _event_names(host, sid).count("ProviderRetried") == a,
+                   f"retry {attempt}")
+        clock.advance(delay)
+        host.manager.ref.ask(Tick(), timeout=10)
     failed = channel.wait_for("failed")
     assert failed.session_id == sid
-    assert "ended before message_stop" in failed.text and "incomplete" in failed.text
+    assert "ended before message_stop" in failed.text and "(after 3 retries)" in failed.text
+    assert len(llm.requests) == 4
     assert not [m for m in channel.seen if m.kind in ("reply", "completed")]
     session = host.app.session(sid)
     assert session is not None and session.status == "running"
