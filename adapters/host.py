@@ -190,7 +190,8 @@ class Host:
         policy = load_policy(settings.policy_file) if settings.policy_file else default_policy()
         self.pipeline = PipelineConfig(policy=policy, protection=settings.protection,
                                        tier2_enabled=settings.tier2.enabled,
-                                       read_only_tools=settings.mcp.read_only_prefixes())
+                                       read_only_tools=self.mcp.read_only_tools()
+                                       if self.mcp is not None else ())
         if self.mcp is not None:  # connects in the background while the rest starts
             self._stack.append(self.mcp.start().stop)
         # The SDK import is slow (seconds): run it beside the rest of the start, and finish

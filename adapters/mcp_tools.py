@@ -4,26 +4,35 @@
 ``[mcp.servers.NAME]`` settings, all on an asyncio event loop of its own (thread ``mcp``):
 a local process spoken to over stdio (``mcp.client.stdio.stdio_client``) or a streamable
 HTTP endpoint (``mcp.client.streamable_http.streamable_http_client``). Each server is one
-tool group, ``mcp_<name>``; its tools are named ``<name>__<tool>`` (characters the
-Messages API does not allow in a tool name become ``_``; a name that would not fit in 64
-characters, or that clashes with another, is left out and logged).
+tool group, ``mcp_<name>``; its tools are named ``<name>__<tool>`` (:func:`tool_name`:
+characters the Messages API does not allow in a tool name become ``_``, a name longer
+than 64 characters is cut and ends in a hash of the tool's own name). A tool whose name
+is valid as it is always keeps it; a changed name that clashes with another gets the hash
+too; only a tool listed twice under one name is left out. Every change is logged.
 
 Connections. One supervisor task per server connects, lists the server's tools, then
-waits until the connection is lost (the process exits, an HTTP request fails) and
-connects again after a pause: 1 s after a connection that worked, doubling up to 60 s
-while attempts fail, and cut short by the next call to one of its tools. A server that cannot
-be started does not stop anything: it is logged, retried in that rhythm, and its group
-is not offered until it has answered once (its tools are unknown until then). Once
-listed, a server's tools stay offered while it is away, so a session's loaded tools do
-not vanish; a call then waits at most ``connect_timeout`` for the connection.
+waits until the connection is lost (the process exits, an HTTP request or a ping fails)
+and connects again after a pause: ``retry_first`` (1 s) at first, doubling up to
+``retry_max`` (60 s) while attempts fail or connections drop again within
+``stable_after`` (30 s); a connection that stayed up that long starts the rhythm afresh.
+The next call to one of its tools cuts a pause short. A server that cannot be started
+does not stop anything: it is logged, retried in that rhythm, and its group is not
+offered until it has answered once (its tools are unknown until then). Once listed, a
+server's tools stay offered while it is away, so a session's loaded tools do not vanish;
+a call then waits at most ``connect_timeout`` for the connection.
 
 Calls. :meth:`McpTools.execute` (blocking, from any thread) never raises and never
-hangs: a call gets ``call_timeout`` seconds; a connection lost during a call is an error
-result saying the call may or may not have run, and the call is never sent again by
-itself. Only a call that certainly did not reach the server (the connection was already
-closed, or the HTTP server no longer knew the session) is sent once more on a fresh
+hangs: a call gets ``call_timeout`` seconds, after which the server is sent a
+cancellation for it (best effort). While a call waits, the server is pinged every
+``ping_interval`` seconds: the SDK does not fail a streamable HTTP request whose server
+died (it keeps trying to resume the response stream), so a ping that fails is what ends
+the connection. A connection lost during a call is an error result saying the call may
+or may not have run, and the call is never sent again by itself. Only a call that
+certainly did not reach the server (the connection was already closed, the HTTP server
+refused the connection, or it no longer knew the session) is sent once more on a fresh
 connection. Text blocks of a result are returned as they are, other blocks described in
-a line; ``isError`` becomes ``is_error``.
+a line; ``isError`` becomes ``is_error``; a result that does not match the tool's output
+schema is an error result that says the tool ran.
 
 :class:`WithMcpTools` serves the built-in tools and the MCP groups through the one
 ``ToolExecutor`` port. Every call still goes through the gatekeeper first: the session
@@ -36,6 +45,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import copy
+import hashlib
 import json
 import logging
 import os
@@ -43,7 +53,6 @@ import re
 import threading
 import time
 from collections.abc import Iterable
-from datetime import timedelta
 from typing import Any, NamedTuple, TextIO
 
 import anyio
@@ -52,11 +61,11 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import McpError
 from mcp.shared.message import SessionMessage
 
 from actors.ports import ToolExecutor, ToolOutput
+from actors.security.action import ReadOnlyTools
 from adapters.config import McpServer, McpSettings
 
 log = logging.getLogger(__name__)
@@ -71,6 +80,14 @@ GROUP_PREFIX = "mcp_"
 #: to :data:`RETRY_MAX`.
 RETRY_FIRST = 1.0
 RETRY_MAX = 60.0
+#: Seconds a connection must stay up before a loss starts the retry rhythm afresh.
+STABLE_AFTER = 30.0
+#: Seconds between two pings of a server while a call to it waits.
+PING_INTERVAL = 5.0
+#: Most seconds spent sending the cancellation of a call that timed out.
+CANCEL_GRACE = 5.0
+#: Hex digits of the hash that ends a shortened or disambiguated tool name.
+NAME_HASH = 8
 #: Most characters of a result returned to the model.
 DEFAULT_MAX_OUTPUT_CHARS = 30_000
 #: Most pages of ``tools/list`` read from one server.
@@ -85,20 +102,34 @@ def group_name(server: str) -> str:
 
 
 def tool_name(server: str, tool: str) -> str | None:
-    """``<server>__<tool>`` with characters the Messages API refuses replaced by ``_``;
-    None when that does not make a valid tool name (empty, or over 64 characters)."""
+    """``<server>__<tool>`` with characters the Messages API refuses replaced by ``_``,
+    and, when that is longer than 64 characters, cut to end in ``_`` and a hash of
+    ``tool`` (:func:`hashed_name`). None for an empty ``tool`` (or a ``server`` that is not
+    a valid name itself)."""
+    if not tool:
+        return None
     name = f"{server}{SEPARATOR}{re.sub(r'[^A-Za-z0-9_-]', '_', tool)}"
-    return name if tool and TOOL_NAME.match(name) else None
+    if len(name) > 64:
+        name = hashed_name(name, tool)
+    return name if TOOL_NAME.match(name) else None
+
+
+def hashed_name(name: str, tool: str) -> str:
+    """``name`` cut so that ``_`` and the first :data:`NAME_HASH` hex digits of the
+    SHA-256 of ``tool`` (the server's own name, so the result is stable) fit in 64."""
+    suffix = "_" + hashlib.sha256(tool.encode("utf-8")).hexdigest()[:NAME_HASH]
+    return name[:64 - len(suffix)] + suffix
 
 
 class McpTool(NamedTuple):
     """One tool of an MCP server: the name the model calls, its server, the server's own
-    name for it and its Messages API definition."""
+    name for it, its Messages API definition and its output schema (None if it has none)."""
 
     name: str
     server: str
     remote: str
     definition: dict[str, Any]
+    output_schema: dict[str, Any] | None = None
 
 
 class McpServerStatus(NamedTuple):
@@ -115,6 +146,37 @@ class _NotSent(Exception):
     """The call never reached the server; it may be sent on a fresh connection."""
 
 
+class _HttpClient(httpx.AsyncClient):
+    """An HTTP client that remembers the JSON-RPC ids of the requests it could not send
+    because the connection could not be opened: those certainly did not reach the
+    server. (The SDK reports them only as a closed connection.)"""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.refused: set[int | str] = set()
+
+    async def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+        """``httpx.AsyncClient.send``, noting the id of a POST that could not connect."""
+        try:
+            return await super().send(request, **kwargs)
+        except (httpx.ConnectError, httpx.ConnectTimeout):
+            if request.method == "POST":
+                ident = _jsonrpc_id(request.content)
+                if ident is not None:
+                    self.refused.add(ident)
+            raise
+
+
+def _jsonrpc_id(body: bytes) -> int | str | None:
+    """The id of the JSON-RPC request in ``body`` (None for anything else)."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    ident = message.get("id") if isinstance(message, dict) else None
+    return ident if isinstance(ident, int | str) and not isinstance(ident, bool) else None
+
+
 class _Server:
     """One configured server. Touched on the manager's loop only, apart from ``tools`` and
     ``listed`` (replaced whole under the manager's lock) and ``attempted``."""
@@ -127,6 +189,8 @@ class _Server:
         self.tools: dict[str, McpTool] = {}
         self.listed = False
         self.session: ClientSession | None = None
+        # The ids of this connection's requests its HTTP client could not send.
+        self.refused: set[int | str] = set()
         self.lost = asyncio.Event()
         self.wake = asyncio.Event()
         self.settled = asyncio.Condition()
@@ -149,14 +213,23 @@ class McpTools:
     :meth:`wait_ready` waits for each server's first attempt; :meth:`stop` closes every
     connection (stdio servers' processes end with it); a stopped manager stays stopped.
     ``log_dir`` receives each stdio server's standard error as ``mcp-<name>.log``
-    (default: discarded).
+    (default: discarded). A stdio server without a ``cwd`` runs in the folder that was
+    current when the manager was made (:meth:`read_only_tools` says so too). The timing
+    parameters are in seconds (module docstring; tests shorten them).
     """
 
     def __init__(self, settings: McpSettings, *, log_dir: str | None = None,
-                 max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS) -> None:
+                 max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+                 ping_interval: float = PING_INTERVAL, retry_first: float = RETRY_FIRST,
+                 retry_max: float = RETRY_MAX, stable_after: float = STABLE_AFTER) -> None:
         self.settings = settings
         self.log_dir = log_dir
         self.max_output_chars = max_output_chars
+        self.ping_interval = ping_interval
+        self.retry_first = retry_first
+        self.retry_max = retry_max
+        self.stable_after = stable_after
+        self.cwd = os.getcwd()
         self._servers = {name: _Server(name, config) for name, config in settings.servers.items()}
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -235,21 +308,36 @@ class McpTools:
             await self._settle(server)  # calls waiting for a connection give up now
         await _finish(asyncio.all_tasks() - {asyncio.current_task()})
 
+    def server_cwd(self, config: McpServer) -> str:
+        """The folder a stdio server runs in: its ``cwd`` (taken from the manager's folder
+        when relative), else the manager's."""
+        return os.path.normpath(os.path.join(self.cwd, config.cwd)) if config.cwd else self.cwd
+
+    def read_only_tools(self) -> tuple[ReadOnlyTools, ...]:
+        """The servers with ``trust = "read"`` for the gatekeeper: each one's tool name
+        prefix and the folder its tools take relative paths from (None for an HTTP server:
+        not known here)."""
+        return tuple(
+            ReadOnlyTools(f"{name}{SEPARATOR}",
+                          self.server_cwd(config) if config.command else None)
+            for name, config in self.settings.servers.items() if config.trust == "read")
+
     # --- connections -------------------------------------------------------------------
 
     async def _supervise(self, server: _Server) -> None:
         """Keep ``server`` connected until the manager stops (module docstring)."""
-        delay = RETRY_FIRST
+        delay = self.retry_first
         while not self._closing:
             server.wake.clear()
-            worked = await self._connect_once(server)
+            up = await self._connect_once(server)
             if self._closing:
                 break
-            if worked:
-                delay = RETRY_FIRST
-                log.warning("MCP server %s: the connection was lost (%s); reconnecting in "
-                            "%g s or at the next call", server.name, server.error or "it closed",
-                            delay)
+            if up is not None:
+                if up >= self.stable_after:
+                    delay = self.retry_first
+                log.warning("MCP server %s: the connection was lost after %.1f s (%s); "
+                            "reconnecting in %g s or at the next call", server.name, up,
+                            server.error or "it closed", delay)
             else:
                 # Said once per different failure; the same failure again only in the debug log.
                 level = logging.DEBUG if server.error == server.reported else logging.WARNING
@@ -258,13 +346,15 @@ class McpTools:
                         "the next call of one of its tools", server.name, server.error, delay)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wake.wait(), delay)
-            delay = RETRY_FIRST if worked else min(delay * 2, RETRY_MAX)
+            delay = min(delay * 2, self.retry_max)
 
-    async def _connect_once(self, server: _Server) -> bool:
-        """Connect, list the tools, hold the connection until it is lost. True when the
-        connection worked; never raises (the failure is kept in ``server.error``)."""
+    async def _connect_once(self, server: _Server) -> float | None:
+        """Connect, list the tools, hold the connection until it is lost. The seconds the
+        connection was up, None when it never worked; never raises (the failure is kept
+        in ``server.error``)."""
         lost = server.lost = asyncio.Event()
         worked = False
+        since = time.monotonic()
         try:
             async with contextlib.AsyncExitStack() as stack:
                 session = await self._open(server, stack, lost)
@@ -274,6 +364,7 @@ class McpTools:
                 self._publish(server, tools)
                 server.session, server.error, server.reported, worked = session, "", "", True
                 server.connects += 1
+                since = time.monotonic()
                 log.info("MCP server %s connected (%s): %d tools", server.name,
                          server.config.transport, len(tools))
                 await self._settle(server)
@@ -285,7 +376,8 @@ class McpTools:
             lost.set()
         if not worked:
             await self._settle(server)
-        return worked
+            return None
+        return time.monotonic() - since
 
     async def _settle(self, server: _Server) -> None:
         """Tell the calls waiting on ``server`` that an attempt ended."""
@@ -298,7 +390,8 @@ class McpTools:
                     lost: asyncio.Event) -> ClientSession:
         """Open the transport and the client session on ``stack``; ``lost`` is set when
         the server's side of the connection ends."""
-        read, write = await self._transport(server.config, server.name, stack)
+        server.refused = set()
+        read, write = await self._transport(server, stack)
         sink, watched = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         for stream in (read, write, sink, watched):  # closing twice is fine; never left open
             stack.push_async_callback(stream.aclose)
@@ -308,19 +401,24 @@ class McpTools:
         return await stack.enter_async_context(ClientSession(watched, write))
 
     async def _transport(
-        self, config: McpServer, name: str, stack: contextlib.AsyncExitStack,
+        self, server: _Server, stack: contextlib.AsyncExitStack,
     ) -> tuple[MemoryObjectReceiveStream[SessionMessage | Exception],
                MemoryObjectSendStream[SessionMessage]]:
-        """The SDK's stdio or streamable HTTP transport for ``config``, entered on ``stack``."""
+        """The SDK's stdio or streamable HTTP transport for ``server``, entered on
+        ``stack``; an HTTP client's refused requests go to ``server.refused``."""
+        config = server.config
         if config.command:
             params = StdioServerParameters(command=config.command, args=list(config.args),
-                                           env=dict(config.env) or None, cwd=config.cwd or None)
-            errlog = stack.enter_context(self._errlog(name))
+                                           env=dict(config.env) or None,
+                                           cwd=self.server_cwd(config))
+            errlog = stack.enter_context(self._errlog(server.name))
             return await stack.enter_async_context(stdio_client(params, errlog=errlog))
         timeout = httpx.Timeout(self.settings.connect_timeout,
                                 read=max(300.0, self.settings.call_timeout + 30))
+        # What mcp.shared._httpx_utils.create_mcp_http_client makes, noting refusals.
         client = await stack.enter_async_context(
-            create_mcp_http_client(headers=dict(config.headers) or None, timeout=timeout))
+            _HttpClient(headers=dict(config.headers) or None, timeout=timeout))
+        server.refused = client.refused
         read, write, _ = await stack.enter_async_context(
             streamable_http_client(config.url, http_client=client))
         return read, write
@@ -334,38 +432,16 @@ class McpTools:
 
     async def _list_tools(self, server: _Server, session: ClientSession) -> dict[str, McpTool]:
         """Every tool the server lists (following pages), namespaced and defined."""
-        tools: dict[str, McpTool] = {}
+        listed: list[types.Tool] = []
         cursor: str | None = None
         for _ in range(MAX_TOOL_PAGES):
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
             page = await session.list_tools(params=params)
-            for tool in page.tools:
-                self._add_tool(server.name, tool, tools)
+            listed.extend(page.tools)
             cursor = page.nextCursor
             if not cursor:
                 break
-        return tools
-
-    @staticmethod
-    def _add_tool(server: str, tool: types.Tool, tools: dict[str, McpTool]) -> None:
-        """Add ``tool`` under its namespaced name, or log why it is left out."""
-        name = tool_name(server, tool.name)
-        if name is None:
-            log.warning("MCP server %s: tool %r is left out: %s%s%s is not a valid tool name "
-                        "(at most 64 letters, digits, _ and -)", server, tool.name, server,
-                        SEPARATOR, tool.name)
-            return
-        if name in tools:
-            log.warning("MCP server %s: tool %r is left out: its name %s is taken by %r",
-                        server, tool.name, name, tools[name].remote)
-            return
-        if name != f"{server}{SEPARATOR}{tool.name}":
-            log.info("MCP server %s: tool %r is offered as %s", server, tool.name, name)
-        schema = dict(tool.inputSchema) if isinstance(tool.inputSchema, dict) else {}
-        schema.setdefault("type", "object")
-        description = tool.description or tool.title or f"{tool.name} (MCP server {server})"
-        tools[name] = McpTool(name, server, tool.name, {
-            "name": name, "description": description, "input_schema": schema})
+        return name_tools(server.name, listed)
 
     def _publish(self, server: _Server, tools: dict[str, McpTool]) -> None:
         with self._lock:
@@ -482,55 +558,118 @@ class McpTools:
     async def _send(self, server: _Server, tool: McpTool, arguments: dict[str, Any]
                     ) -> ToolOutput:
         """Send one call on the live session and wait for its result, the loss of the
-        connection or the timeout, whichever comes first."""
-        session, lost, timeout = server.session, server.lost, self.settings.call_timeout
+        connection (noticed by the transport or a failed ping) or the timeout, whichever
+        comes first. Raises :class:`_NotSent` when the call certainly did not leave."""
+        session, lost, refused = server.session, server.lost, server.refused
+        timeout = self.settings.call_timeout
         assert session is not None
-        call = asyncio.ensure_future(session.call_tool(
-            tool.remote, arguments, read_timeout_seconds=timedelta(seconds=timeout)))
+        request = types.ClientRequest(types.CallToolRequest(
+            params=types.CallToolRequestParams(name=tool.remote, arguments=arguments)))
+        sent: list[int] = []
+
+        async def send() -> types.CallToolResult:
+            sent.extend(_next_request_id(session))
+            # Not ClientSession.call_tool: it checks the output schema itself and raises,
+            # which would lose the result of a call that ran.
+            return await session.send_request(request, types.CallToolResult)
+
+        call = asyncio.ensure_future(send())
         watch = asyncio.ensure_future(lost.wait())
+        pinger = asyncio.ensure_future(self._ping(server, session, lost))
         try:
-            await asyncio.wait({call, watch}, timeout=timeout + 5,
+            await asyncio.wait({call, watch}, timeout=timeout,
                                return_when=asyncio.FIRST_COMPLETED)
         finally:
             watch.cancel()
+            pinger.cancel()
         if call.done():
             try:
-                return self._outcome(server, tool, call, lost)
+                return self._outcome(server, tool, call, lost, sent, refused)
             except _NotSent as exc:
                 server.error = str(exc)
                 lost.set()  # the supervisor reconnects
                 raise
         call.cancel()
         if lost.is_set():
+            if any(ident in refused for ident in sent):
+                raise _NotSent(f"MCP server {server.name} refused the connection")
             return self._lost(server, tool)
+        await self._cancel(server, session, sent, f"no answer within {timeout:g} s")
         return ToolOutput(f"{tool.name} did not answer within {timeout:g} s; it may still be "
                           "running on the MCP server", True)
 
+    async def _ping(self, server: _Server, session: ClientSession, lost: asyncio.Event
+                    ) -> None:
+        """Ping the server every ``ping_interval`` seconds until cancelled; when a ping
+        shows the connection is gone, say why in ``server.error`` and set ``lost``. Any
+        answer, even an error, shows the server is there."""
+        while not lost.is_set():
+            await asyncio.sleep(self.ping_interval)
+            try:
+                await session.send_ping()
+            except McpError as exc:
+                if not _gone(exc):
+                    continue
+                problem = exc.error.message
+            except Exception as exc:
+                problem = describe_error(exc, self.settings.connect_timeout)
+            else:
+                continue
+            if not lost.is_set():
+                server.error = f"a ping failed: {problem}"
+                lost.set()
+            return
+
+    async def _cancel(self, server: _Server, session: ClientSession, sent: list[int],
+                      reason: str) -> None:
+        """Best effort: tell the server to stop the request ``sent`` names."""
+        if not sent:
+            return
+        note = types.ClientNotification(types.CancelledNotification(
+            params=types.CancelledNotificationParams(requestId=sent[0], reason=reason)))
+        try:
+            await asyncio.wait_for(session.send_notification(note), CANCEL_GRACE)
+        except Exception as exc:
+            log.info("MCP server %s: the cancellation of request %s was not sent: %s",
+                     server.name, sent[0], describe_error(exc, CANCEL_GRACE))
+
     def _outcome(self, server: _Server, tool: McpTool,
-                 call: asyncio.Future[types.CallToolResult], lost: asyncio.Event) -> ToolOutput:
+                 call: asyncio.Future[types.CallToolResult], lost: asyncio.Event,
+                 sent: list[int], refused: set[int | str]) -> ToolOutput:
         """The finished call as a result; raises :class:`_NotSent` when it never left."""
         exc = call.exception()
         if exc is None:
-            return render_result(call.result(), self.max_output_chars)
-        if isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError):
-            raise _NotSent(f"the connection to MCP server {server.name} was closed")
+            return self._result(tool, call.result())
+        never_left = any(ident in refused for ident in sent)
+        if isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError) or (
+                never_left and isinstance(exc, McpError) and _gone(exc)):
+            why = "refused the connection" if never_left else "had closed the connection"
+            raise _NotSent(f"MCP server {server.name} {why}")
         if isinstance(exc, McpError):
             return self._mcp_error(server, tool, exc, lost)
         return ToolOutput(f"{tool.name} failed: {type(exc).__name__}: {exc}", True)
 
+    def _result(self, tool: McpTool, result: types.CallToolResult) -> ToolOutput:
+        """A result as the model sees it; one that breaks the tool's output schema is an
+        error result saying that the tool ran (so the model does not run it again)."""
+        output = render_result(result, self.max_output_chars)
+        if result.isError or tool.output_schema is None:
+            return output
+        problem = schema_problem(result.structuredContent, tool.output_schema)
+        if not problem:
+            return output
+        return ToolOutput(f"{tool.name} ran, but {problem}; it is not run again by itself. "
+                          f"What it returned:\n{output.content}", True)
+
     def _mcp_error(self, server: _Server, tool: McpTool, exc: McpError,
                    lost: asyncio.Event) -> ToolOutput:
-        """A JSON-RPC error answer, or the SDK's word for a lost connection or a timeout."""
+        """A JSON-RPC error answer, or the SDK's word for a lost connection."""
         code, message = exc.error.code, exc.error.message
         if code == types.CONNECTION_CLOSED:
             lost.set()
             return self._lost(server, tool)
-        if message == "Session terminated":  # HTTP 404: the server forgot the session
+        if _session_terminated(exc):  # HTTP 404: the server forgot the session
             raise _NotSent(f"MCP server {server.name} no longer knew the session")
-        if code == httpx.codes.REQUEST_TIMEOUT:
-            return ToolOutput(f"{tool.name} did not answer within "
-                              f"{self.settings.call_timeout:g} s; it may still be running on "
-                              "the MCP server", True)
         return ToolOutput(f"MCP server {server.name} refused {tool.name}: {message}", True)
 
     def _lost(self, server: _Server, tool: McpTool) -> ToolOutput:
@@ -541,6 +680,81 @@ class McpTools:
         return ToolOutput(
             f"the connection to MCP server {server.name} was lost during {tool.name}{why}: "
             f"the call may or may not have run, so it is not run again by itself; {then}", True)
+
+
+def _next_request_id(session: ClientSession) -> list[int]:
+    """The id the session's next request will get, as a list of one (empty if unknown).
+
+    The SDK offers no public way to learn a request's id; ``BaseSession.send_request``
+    takes ``_request_id`` before its first ``await``, so it is read just before calling it.
+    """
+    ident = getattr(session, "_request_id", None)
+    return [ident] if isinstance(ident, int) else []
+
+
+def _session_terminated(exc: McpError) -> bool:
+    """Whether the SDK reports that the HTTP server answered 404 (it no longer knows the
+    session, so the request was not run)."""
+    # The SDK's streamable HTTP transport makes this error up itself with code 32600 (not
+    # types.INVALID_REQUEST, -32600) and no named constant: its message is the one signal.
+    return exc.error.message == "Session terminated"
+
+
+def _gone(exc: McpError) -> bool:
+    """Whether ``exc`` says the connection is gone rather than that the server answered."""
+    return exc.error.code == types.CONNECTION_CLOSED or _session_terminated(exc)
+
+
+def name_tools(server: str, listed: Iterable[types.Tool]) -> dict[str, McpTool]:
+    """The tools a server listed under their namespaced names (module docstring): names
+    valid as they are first, so a changed name never takes one of theirs; a changed name
+    that is taken gets a hash (:func:`hashed_name`); what still clashes is left out.
+    Every change and omission is logged."""
+    tools: dict[str, McpTool] = {}
+    marked = [(not TOOL_NAME.match(f"{server}{SEPARATOR}{t.name}"), t) for t in listed]
+    for changed, tool in sorted(marked, key=lambda pair: pair[0]):  # stable: list order kept
+        name = tool_name(server, tool.name)
+        if name is None:
+            log.warning("MCP server %s: a tool without a usable name (%r) is left out",
+                        server, tool.name)
+            continue
+        if changed and name in tools:
+            name = hashed_name(name, tool.name)
+        if name in tools:
+            log.warning("MCP server %s: tool %r is left out: its name %s is taken by %r",
+                        server, tool.name, name, tools[name].remote)
+            continue
+        if name != f"{server}{SEPARATOR}{tool.name}":
+            log.info("MCP server %s: tool %r is offered as %s", server, tool.name, name)
+        tools[name] = _define(server, name, tool)
+    return tools
+
+
+def _define(server: str, name: str, tool: types.Tool) -> McpTool:
+    schema = dict(tool.inputSchema) if isinstance(tool.inputSchema, dict) else {}
+    schema.setdefault("type", "object")
+    description = tool.description or tool.title or f"{tool.name} (MCP server {server})"
+    output = tool.outputSchema if isinstance(tool.outputSchema, dict) else None
+    return McpTool(name, server, tool.name, {
+        "name": name, "description": description, "input_schema": schema}, output)
+
+
+def schema_problem(structured: dict[str, Any] | None, schema: dict[str, Any]) -> str:
+    """Why ``structured`` (a result's structured content) breaks the output ``schema``
+    ('' when it does not). ``$ref`` resolves within the schema only, as in the SDK."""
+    from jsonschema import SchemaError, ValidationError, validate
+    from referencing import Registry
+    from referencing.exceptions import Unresolvable
+
+    if structured is None:
+        return "it returned no structured content although its output schema asks for it"
+    try:
+        validate(structured, schema, registry=Registry())
+    except ValidationError as exc:
+        return f"its structured content does not match its output schema: {exc.message}"
+    except (SchemaError, Unresolvable) as exc:
+        return f"its output schema cannot be checked: {exc}"
+    return ""
 
 
 async def _finish(tasks: Iterable[asyncio.Task[Any]]) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "ActionRequest",
     "EnrichedAction",
     "PathRef",
+    "ReadOnlyTools",
     "ShellCommand",
     "ToolSpec",
     "action_hash",
@@ -102,7 +103,8 @@ class EnrichedAction(msgspec.Struct, frozen=True):
     stopped the analysis (an unparseable command, a bad workspace, a malformed payload);
     ``tool_known`` whether the tool's fields are modelled (unknown tools are treated as
     writing every path-like field); a tool the operator declared read-only (an MCP server
-    with ``trust = "read"``) counts as modelled.
+    with ``trust = "read"``) counts as modelled, unless a call of it names a relative path
+    from a folder Tether does not know (:func:`enrich`).
     """
 
     request: ActionRequest
@@ -124,6 +126,16 @@ class EnrichedAction(msgspec.Struct, frozen=True):
     def writes(self) -> tuple[PathRef, ...]:
         """Paths written (including permission changes) or deleted."""
         return self.touching("write", "delete")
+
+
+class ReadOnlyTools(NamedTuple):
+    """Tools the operator declared read-only (an MCP server with ``trust = "read"``): the
+    name prefix of its tools and the folder its tools take relative paths from (a stdio
+    server's working folder), or None when that folder is not known here (an HTTP server,
+    which may not even run on this machine)."""
+
+    prefix: str
+    cwd: str | None = None
 
 
 class ToolSpec(NamedTuple):
@@ -313,16 +325,21 @@ def _make_ref(
 
 
 def enrich(request: ActionRequest, workspace: str, home: str | None = None,
-           read_only: tuple[str, ...] = ()) -> EnrichedAction:
+           read_only: tuple[str | ReadOnlyTools, ...] = ()) -> EnrichedAction:
     """Resolve and classify ``request`` for the session whose workspace is ``workspace``.
 
     Relative paths are taken from the workspace (for shell commands: from the folder the
     command has ``cd``-ed to); ``~`` and ``$HOME`` mean ``home`` (default: this process's
     home folder). File tools contribute their path fields; shell tools are parsed into simple
-    commands whose targets become paths. A tool that is not modelled but whose name starts
-    with one of ``read_only`` (the operator says it only reads) is a ``read`` whose
-    path-like fields are read, instead of an ``execute`` writing them. Never raises; see
-    :class:`EnrichedAction`.
+    commands whose targets become paths.
+
+    A tool that is not modelled but whose name starts with the prefix of one of
+    ``read_only`` (the operator says it only reads; a plain string is a prefix whose folder
+    is unknown) is a ``read`` whose path-like fields are read, instead of an ``execute``
+    writing them. Its relative paths are taken from that entry's ``cwd``, where the server
+    resolves them, not from the workspace; when the folder is unknown, a call with a
+    relative path is not trusted as a read and is modelled like any unknown tool (so the
+    policy escalates it). Never raises; see :class:`EnrichedAction`.
     """
     home_dir = home if home is not None else os.path.expanduser("~")
     problems: list[str] = []
@@ -338,7 +355,12 @@ def enrich(request: ActionRequest, workspace: str, home: str | None = None,
         problems.append("the payload is not an object")
 
     spec = TOOL_SPECS.get(request.type)
-    trusted_read = spec is None and request.type.startswith(read_only)
+    declared = None if spec is not None else _read_only_entry(request.type, read_only)
+    path_base = root
+    if declared is not None and declared.cwd is not None:
+        path_base = os.path.realpath(declared.cwd)
+    trusted_read = declared is not None and (
+        declared.cwd is not None or not _has_relative_path(payload, home_dir))
     unknown_access: Access = "read" if trusted_read else "write"
     classes: set[str] = set(spec.classes) if spec else {"read" if trusted_read else "execute"}
     paths: list[PathRef] = []
@@ -371,8 +393,13 @@ def enrich(request: ActionRequest, workspace: str, home: str | None = None,
             values = value if isinstance(value, list) else [value]
             for item in values:
                 if isinstance(item, str):
-                    paths.extend(_make_ref(item, unknown_access, f"{request.type}.{key}", -1,
-                                           root, root, home_dir))
+                    refs = _make_ref(item, unknown_access, f"{request.type}.{key}", -1,
+                                     path_base if trusted_read else root, root, home_dir)
+                    if trusted_read and not _inside(path_base, root):
+                        # Taken from a folder outside the workspace, a relative path does
+                        # not climb out with ``..``: where it leads is judged instead.
+                        refs = [msgspec.structs.replace(r, escapes=False) for r in refs]
+                    paths.extend(refs)
         for key in ("url", "uri", "host"):
             if isinstance(payload.get(key), str):
                 classes.add("network")
@@ -409,6 +436,31 @@ def enrich(request: ActionRequest, workspace: str, home: str | None = None,
         problems=tuple(problems),
         tool_known=spec is not None or trusted_read,
     )
+
+
+def _read_only_entry(tool: str, read_only: tuple[str | ReadOnlyTools, ...]
+                     ) -> ReadOnlyTools | None:
+    """The first entry of ``read_only`` whose prefix starts ``tool``'s name."""
+    for entry in read_only:
+        declared = ReadOnlyTools(entry) if isinstance(entry, str) else entry
+        if declared.prefix and tool.startswith(declared.prefix):
+            return declared
+    return None
+
+
+def _has_relative_path(payload: Mapping[str, Any], home: str) -> bool:
+    """Whether a path-like field of an unmodelled tool's ``payload`` holds a path that is
+    not absolute (after ``~`` is taken as ``home``)."""
+    for key, value in payload.items():
+        if key not in UNKNOWN_TOOL_PATH_KEYS:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if not isinstance(item, str):
+                continue
+            path = home + item[1:] if item == "~" or item.startswith("~/") else item
+            if not os.path.isabs(path):
+                return True
+    return False
 
 
 def _target_refs(

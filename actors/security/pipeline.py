@@ -27,7 +27,7 @@ from typing import Literal
 
 import msgspec
 
-from actors.security.action import ActionRequest, EnrichedAction, enrich
+from actors.security.action import ActionRequest, EnrichedAction, ReadOnlyTools, enrich
 from actors.security.heuristics import Finding, scan
 from actors.security.policy import Policy, PolicyDecision, default_policy
 from actors.security.protection import ProtectionConfig, ProtectionResult, check_protection
@@ -49,7 +49,7 @@ class PipelineConfig:
     policy: Policy = field(default_factory=default_policy)
     tier2_enabled: bool = False
     home: str | None = None
-    read_only_tools: tuple[str, ...] = ()
+    read_only_tools: tuple[str | ReadOnlyTools, ...] = ()
 
 
 class StageResult(msgspec.Struct, frozen=True):

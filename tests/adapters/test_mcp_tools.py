@@ -1,11 +1,14 @@
 """MCP servers as tool groups: the project's own server (tests/mcp_server.py) run for real
 over stdio and streamable HTTP, the gatekeeper's verdicts on MCP tools, the ``[mcp]``
-settings, and one session that loads an MCP group and calls a tool through the gatekeeper."""
+settings, and sessions of a real engine that load an MCP group and call its tools through
+the gatekeeper."""
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -21,6 +24,7 @@ from actors.gatekeeper import judge
 from actors.gatekeeper_policy import Policy, action_hash
 from actors.ports import ToolOutput
 from actors.security import PipelineConfig, parse_policy
+from actors.security.action import ReadOnlyTools
 from adapters.config import (
     ConfigError,
     McpServer,
@@ -28,21 +32,24 @@ from adapters.config import (
     load_settings,
     render_settings,
 )
-from adapters.host import known_secrets
-from adapters.mcp_tools import McpTools, WithMcpTools, tool_name
+from adapters.host import Host, known_secrets
+from adapters.mcp_tools import McpTools, WithMcpTools, hashed_name, tool_name
 from adapters.tools import BuiltinTools
 from events.messages import ToolProposal
+from projections.audit_index import AuditEntry
 from tests.conftest import Engine
 from tests.helpers import say, wait_until
+from tests.mcp_server import LONG_NAME
 
 REPO = Path(__file__).resolve().parents[2]
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
-def stdio_server(**fields: Any) -> McpServer:
-    """The test server, started by the manager as a process of its own."""
-    return McpServer(command=sys.executable, args=["-m", "tests.mcp_server"], cwd=str(REPO),
-                     **fields)
+def stdio_server(*options: str, **fields: Any) -> McpServer:
+    """The test server (with command line ``options``), started by the manager as a
+    process of its own."""
+    return McpServer(command=sys.executable, args=["-m", "tests.mcp_server", *options],
+                     cwd=str(REPO), **fields)
 
 
 def free_port() -> int:
@@ -92,9 +99,11 @@ def start_mcp(tmp_path: Path) -> Iterator[Callable[..., McpTools]]:
     """Start an MCP manager for these servers (stopped after the test)."""
     managers: list[McpTools] = []
 
-    def start(call_timeout: float = 10.0, **servers: McpServer) -> McpTools:
+    def start(call_timeout: float = 10.0, options: dict[str, float] | None = None,
+              **servers: McpServer) -> McpTools:
         settings = McpSettings(servers=servers, call_timeout=call_timeout, connect_timeout=10)
-        manager = McpTools(settings, log_dir=str(tmp_path / "mcp-logs")).start()
+        manager = McpTools(settings, log_dir=str(tmp_path / "mcp-logs"),
+                           **(options or {})).start()
         managers.append(manager)
         manager.wait_ready()
         return manager
@@ -135,8 +144,42 @@ def test_tools_and_groups_are_namespaced_by_server(start_mcp: Callable[..., McpT
     assert len(manager.definitions()) == 16 and manager.definitions("nothing") == []
     assert manager.group_of("beta__echo") == "mcp_beta"
     assert manager.group_of("beta__missing") is None and manager.group_of("read_file") is None
-    assert tool_name("s", "a.b/c") == "s__a_b_c"
-    assert tool_name("s", "x" * 70) is None and tool_name("s", "") is None
+    assert tool_name("s", "a.b/c") == "s__a_b_c" and tool_name("s", "") is None
+
+
+def test_exact_names_win_and_long_names_are_shortened(
+    start_mcp: Callable[..., McpTools], caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="adapters.mcp_tools")
+    manager = start_mcp(odd=stdio_server("--awkward"))
+    tools = {d["name"]: d["description"] for d in manager.definitions()}
+    # a.b is listed first, yet the real a_b keeps its name; a.b gets a hashed one.
+    assert tools["odd__a_b"] == "The tool named a_b."
+    dotted = hashed_name("odd__a_b", "a.b")
+    assert re.fullmatch(r"odd__a_b_[0-9a-f]{8}", dotted) and tools[dotted] == "The tool named a.b."
+    assert call(manager, dotted) == ToolOutput("a.b", False)
+    assert call(manager, "odd__a_b") == ToolOutput("a_b", False)
+    # 70 characters: cut to 64 with a hash of the server's own name, not left out.
+    (long,) = [name for name in tools if name.startswith("odd__long_")]
+    assert len(long) == 64 and long == tool_name("odd", LONG_NAME)
+    assert re.fullmatch(r"odd__long_x+_[0-9a-f]{8}", long)
+    assert call(manager, long) == ToolOutput("long", False)
+    logged = caplog.text
+    assert f"tool 'a.b' is offered as {dotted}" in logged
+    assert f"tool '{LONG_NAME}' is offered as {long}" in logged
+    assert "left out" not in logged
+
+
+def test_a_result_that_breaks_its_output_schema_says_the_tool_ran(
+    start_mcp: Callable[..., McpTools],
+) -> None:
+    manager = start_mcp(odd=stdio_server("--awkward"))
+    result = call(manager, "odd__mistyped")
+    assert result.is_error
+    assert result.content.startswith(
+        "odd__mistyped ran, but its structured content does not match its output schema: "
+        "'three' is not of type 'integer'; it is not run again by itself.")
+    assert result.content.endswith("What it returned:\ncounted three")
 
 
 def test_calls_over_stdio(start_mcp: Callable[..., McpTools],
@@ -162,10 +205,12 @@ def test_calls_over_http_and_the_server_going_away(
     manager = start_mcp(web=McpServer(url=http_server.url, headers={"X-Tether": "test"}))
     assert call(manager, "web__add", a=20, b=22) == ToolOutput("42", False)
 
+    # Nothing listens: the connection is refused, so the call certainly was not sent; it
+    # is tried once more on a new connection, which is refused too.
     http_server.kill()
     gone = call(manager, "web__add", a=1, b=1)
-    assert gone.is_error and "MCP server web" in gone.content
-    assert "may or may not have run" in gone.content or "was not run" in gone.content
+    assert gone.is_error and gone.content.startswith(
+        "web__add was not run: MCP server web is unavailable (ConnectError: ")
     still = call(manager, "web__echo", text="anyone?")
     assert still.is_error and "was not run: MCP server web is unavailable" in still.content
     assert "web__add" in manager.definitions(["mcp_web"])[0]["name"]  # still offered
@@ -205,6 +250,56 @@ def test_a_server_killed_mid_call_fails_that_call_and_the_next_one_works(
     assert manager.status()["demo"].connects == 2
 
 
+def test_an_http_server_killed_mid_call_fails_that_call_and_the_next_one_reconnects(
+    start_mcp: Callable[..., McpTools], http_server: HttpServer, tmp_path: Path,
+) -> None:
+    http_server.start()
+    manager = start_mcp(call_timeout=60, options={"ping_interval": 0.2},
+                        web=McpServer(url=http_server.url))
+    pid = int(call(manager, "web__pid").content)
+    started = tmp_path / "started"
+    results: list[ToolOutput] = []
+    runner = threading.Thread(target=lambda: results.append(
+        call(manager, "web__slow", seconds=60, started=str(started))))
+    runner.start()
+    wait_until(started.exists, "the slow call to reach the server")
+    assert http_server.process is not None and http_server.process.pid == pid
+    http_server.kill()
+    runner.join(timeout=20)  # not the 60 s of call_timeout: a ping finds the server gone
+    (lost,) = results
+    assert lost.is_error and "connection to MCP server web was lost during web__slow" in (
+        lost.content)
+    assert "may or may not have run" in lost.content and "not run again" in lost.content
+    assert not manager.status()["web"].connected
+
+    http_server.start()
+    again = call(manager, "web__pid")
+    assert not again.is_error and int(again.content) != pid
+    assert manager.status()["web"].connects == 2
+
+
+@pytest.mark.parametrize(("stable_after", "doubling"), [(30.0, True), (0.0, False)])
+def test_a_server_that_crashes_after_connecting_is_retried_ever_more_slowly(
+    start_mcp: Callable[..., McpTools], tmp_path: Path, caplog: pytest.LogCaptureFixture,
+    stable_after: float, doubling: bool,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="adapters.mcp_tools")
+    starts = tmp_path / "starts"
+    manager = start_mcp(options={"retry_first": 0.05, "stable_after": stable_after},
+                        flaky=stdio_server("--exit-after-list", "--starts", str(starts)))
+
+    def started() -> int:
+        return len(starts.read_text().split()) if starts.exists() else 0
+
+    wait_until(lambda: started() >= 4, "the server to be started four times", timeout=30)
+    delays = [float(d) for d in re.findall(r"MCP server flaky: the connection was lost after "
+                                           r"[0-9.]+ s \(.*?\); reconnecting in ([0-9.]+) s",
+                                           caplog.text)]
+    # Each connection worked (the tools were listed), but none stayed up for stable_after.
+    assert manager.status()["flaky"].connects >= 3 and len(delays) >= 3
+    assert delays[:3] == ([0.05, 0.1, 0.2] if doubling else [0.05, 0.05, 0.05])
+
+
 def test_a_server_killed_while_idle_is_reconnected(start_mcp: Callable[..., McpTools]) -> None:
     manager = start_mcp(demo=stdio_server())
     pid = int(call(manager, "demo__pid").content)
@@ -213,10 +308,14 @@ def test_a_server_killed_while_idle_is_reconnected(start_mcp: Callable[..., McpT
     assert call(manager, "demo__add", a=1, b=2) == ToolOutput("3", False)  # never sent before
 
 
-def test_a_call_that_takes_too_long_gets_an_error(start_mcp: Callable[..., McpTools]) -> None:
+def test_a_call_that_takes_too_long_gets_an_error_and_is_cancelled(
+    start_mcp: Callable[..., McpTools], tmp_path: Path,
+) -> None:
     manager = start_mcp(call_timeout=0.3, demo=stdio_server())
-    slow = call(manager, "demo__slow", seconds=5)
+    cancelled = tmp_path / "cancelled"
+    slow = call(manager, "demo__slow", seconds=30, cancelled=str(cancelled))
     assert slow.is_error and "did not answer within 0.3 s" in slow.content
+    wait_until(cancelled.exists, "the server to get the cancellation")  # not the 30 s
     assert call(manager, "demo__add", a=1, b=1) == ToolOutput("2", False)  # still connected
 
 
@@ -303,6 +402,53 @@ def test_the_gatekeeper_asks_a_person_unless_trusted_or_allowed(tmp_path: Path) 
     assert (allowed.decision, allowed.tier) == ("allow", "tier0")
 
 
+def test_relative_paths_of_a_read_server_are_judged_where_the_server_resolves_them(
+    tmp_path: Path,
+) -> None:
+    workspace = tmp_path / "workspace"
+    (workspace / "docs").mkdir(parents=True)
+    mcp = McpSettings(servers={
+        "etc": McpServer(command="srv", cwd="/etc", trust="read"),
+        "local": McpServer(command="srv", cwd=str(workspace / "docs"), trust="read"),
+        "here": McpServer(command="srv", trust="read"),
+        "web": McpServer(url="http://127.0.0.1:1/mcp", trust="read"),
+        "ask": McpServer(command="srv")})
+    manager = McpTools(mcp)  # not started: what the gatekeeper is told needs no server
+    assert manager.read_only_tools() == (
+        ReadOnlyTools("etc__", "/etc"), ReadOnlyTools("local__", str(workspace / "docs")),
+        ReadOnlyTools("here__", os.getcwd()), ReadOnlyTools("web__", None))
+    lists = Policy.from_settings({"known_prefixes": list(mcp.prefixes())})
+    cfg = PipelineConfig(home=str(tmp_path / "home"), read_only_tools=manager.read_only_tools())
+
+    def verdict(tool: str, path: str) -> tuple[str, str]:
+        decided = judge(proposal(tool, {"path": path}, workspace), lists, cfg, NOW)
+        return decided.decision, decided.tier
+
+    # The server reads /etc/shadow, not <workspace>/shadow.
+    shadow = judge(proposal("etc__read_file", {"path": "shadow"}, workspace), lists, cfg, NOW)
+    assert (shadow.decision, shadow.tier) == ("deny", "protection")
+    assert "/etc/shadow" in shadow.reason and "outside the workspace" in shadow.reason
+    # A server working inside the workspace: relative paths from its folder.
+    assert verdict("local__read", "guide.md") == ("allow", "tier1")
+    assert verdict("local__read", "../notes.md") == ("allow", "tier1")
+    assert verdict("local__read", "../../outside.md")[0] == "deny"
+    # No cwd: the folder the manager starts it in (here the test's current folder).
+    assert verdict("here__read", "x.md")[0] == "deny"
+    # An HTTP server: where a relative path leads is unknown, so a person decides;
+    # absolute paths are judged as before.
+    unknown = judge(proposal("web__read", {"path": "guide.md"}, workspace), lists, cfg, NOW)
+    assert (unknown.decision, unknown.tier, unknown.required_tier) == (
+        "escalate", "escalation", 3)
+    assert verdict("web__read", str(workspace / "guide.md")) == ("allow", "tier1")
+    assert verdict("web__read", "/etc/passwd") == ("deny", "protection")
+    assert judge(proposal("web__search", {"query": "x"}, workspace), lists, cfg,
+                 NOW).decision == "allow"
+    # A plain prefix (no folder known) is treated like the HTTP server.
+    plain = PipelineConfig(home=str(tmp_path / "home"), read_only_tools=("etc__",))
+    assert judge(proposal("etc__read_file", {"path": "shadow"}, workspace), lists, plain,
+                 NOW).decision == "escalate"
+
+
 # --- settings ------------------------------------------------------------------------------
 
 
@@ -379,3 +525,74 @@ responses:
     executed = [(e.output, e.is_error) for e in events
                 if type(e).__name__ == "ToolCallExecuted" and e.tool == "demo__add"]
     assert executed == [("42", False)]
+    (entry,) = audited(host, sid, "demo__add")
+    assert (entry.verdict, entry.tier, entry.outcome, entry.approver) == (
+        "allow", "human", "executed", "user")
+    assert entry.input_summary == '{"a": 20, "b": 22}' and entry.user == "user"
+
+
+def audited(host: Host, sid: str, tool: str) -> list[AuditEntry]:
+    """The audit index's entries for ``tool`` in session ``sid``, once the call finished
+    (the index follows the event log in the background)."""
+    def entries() -> list[AuditEntry]:
+        return host.audit.query(session=sid, tool=tool)
+
+    wait_until(lambda: any(e.outcome not in ("", "pending") for e in entries()),
+               f"the audit index to show how {tool} ended")
+    return entries()
+
+
+def test_a_read_server_call_runs_without_approval(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    host, _, _ = engine("""
+responses:
+  - match: "add them"
+    blocks:
+      - tool_use: {name: load_tools, input: {groups: [mcp_docs]}}
+  - match: "loaded mcp_docs"
+    blocks:
+      - tool_use: {name: docs__add, input: {a: 1, b: 2}}
+  - match: "3"
+    blocks: [{text: "The sum is 3."}]
+""", mcp=McpSettings(servers={"docs": stdio_server(trust="read")}))
+    channel = watch_channel(host, "test")
+    sid = say(host, "add them up")
+    channel.wait_for("completed")
+    assert [m for m in channel.seen if m.kind == "approval"] == []
+    events = host.app.session_events(sid)
+    decided = [(e.decision, e.tier) for e in events
+               if type(e).__name__ == "ToolCallDecided" and e.tier != "engine"]
+    assert decided == [("allow", "tier1")]
+    executed = [(e.output, e.is_error) for e in events
+                if type(e).__name__ == "ToolCallExecuted" and e.tool == "docs__add"]
+    assert executed == [("3", False)]
+    (entry,) = audited(host, sid, "docs__add")
+    assert (entry.verdict, entry.tier, entry.outcome, entry.approver) == (
+        "allow", "tier1", "executed", "tier1")
+
+
+def test_the_engine_starts_with_an_mcp_server_that_cannot_start(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any], workspace: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="adapters.mcp_tools")
+    (workspace / "notes.txt").write_text("built-in tools still work\n")
+    host, _, llm = engine("""
+responses:
+  - match: "read the notes"
+    blocks:
+      - tool_use: {name: read_file, input: {path: notes.txt}}
+  - match: "still work"
+    blocks: [{text: "Done."}]
+""", mcp=McpSettings(servers={"broken": McpServer(command=str(REPO / "no-such-server"))},
+                     connect_timeout=5))
+    assert "MCP server broken is unavailable: FileNotFoundError" in caplog.text
+    channel = watch_channel(host, "test")
+    sid = say(host, "read the notes")
+    channel.wait_for("completed")
+    executed = [(e.tool, e.is_error) for e in host.app.session_events(sid)
+                if type(e).__name__ == "ToolCallExecuted"]
+    assert executed == [("read_file", False)]
+    assert "built-in tools still work" in str(llm.requests[-1]["messages"])
+    assert "mcp_broken" not in str(llm.requests[0]["tools"])  # never listed: not offered
