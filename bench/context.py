@@ -7,11 +7,14 @@ a realistic mix, four messages per turn: the user's text; the assistant's text w
 source, grep output or a listing); the assistant's closing text. Each turn records what
 the session actor records (UserMessageReceived, AssistantMessageAppended,
 ToolCallProposed, ToolCallDecided, ToolCallExecuted, AssistantMessageAppended,
-TurnCompleted, StatusChanged): 8 events per 4 messages. And, as the actor does before a
-model call, whenever :func:`actors.context.plan_compaction` says the history fills 70% of
-the model's context budget (the table's 200,000-token window), a HistoryCompacted event
-replaces the older part with a summary (a canned 1,500-character summary stands in for
-the model's answer: the bench measures the context, not the model).
+TurnCompleted, WaitingForInput): 8 events per 4 messages; the first turn also records
+StatusChanged to ``running``. And, as the actor does before each model call (two per
+turn: after the user's message and after the tool result), whenever
+:func:`actors.context.plan_compaction` says the history fills 70% of the model's context
+budget (the table's 200,000-token window), a HistoryCompacted event replaces the older
+part with a summary (a canned 1,500-character summary stands in for the model's answer:
+the bench measures the context, not the model). See :class:`CompactionCheck` for how the
+check before every call stays cheap while the sessions are built.
 
 Per size (10, 100, 1,000, 10,000 and 30,000 messages; ``--quick``: 10 and 100):
 
@@ -31,7 +34,9 @@ Per size (10, 100, 1,000, 10,000 and 30,000 messages; ``--quick``: 10 and 100):
   from the store) then ``build_request``: what a framework that re-reads the history on
   every turn pays. ``reload`` alone is shown too.
 
-Medians over repeated calls (each after one untimed warm-up call).
+Medians over repeated calls (each after one untimed warm-up call). The build is timed
+once every size is stored, the sizes taking turns in short blocks, so that load from
+other processes falls on every size alike.
 
 ``RATIO context build/reload @N`` = build ms / reload+build ms at the largest size: a cost
 ratio like the others, below 1 meaning the in-memory path is cheaper.
@@ -40,7 +45,9 @@ What to expect: below the compaction point ``build_request`` grows with the hist
 (it walks every message to summarize stale tool results and to estimate tokens); past it
 the context the session holds is bounded by the budget, so the build cost stops growing
 with the stored history, while reloading keeps growing with every stored event. The store
-cost per turn (catch-up) is flat: it reads only the newer events.
+cost per turn (catch-up) is flat: it reads only the newer events. The closing lines say
+which it was, from the figures: the build cost's growth between the two largest sizes
+(``flat`` under 1.5 times, else ``grows``), and whether anything was compacted.
 
 ``python -m bench.context [--quick]``
 """
@@ -48,20 +55,25 @@ cost per turn (catch-up) is flat: it reads only the newer events.
 from __future__ import annotations
 
 import argparse
+import functools
+import math
 import os
 import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from actors.context import (
     DEFAULT_SYSTEM_PROMPT,
     build_request,
+    context_budget,
     context_window,
     estimate_history_tokens,
     estimate_request_tokens,
+    estimate_tokens,
+    needs_compaction,
     plan_compaction,
     summarize_stale_results,
     summary_text,
@@ -71,7 +83,7 @@ from bench.common import Printer, ratio, say, table
 from events.application import TetherApplication
 from events.forest import Forest
 from events.messages import TextBlock, ToolUseBlock, Usage
-from events.session import Session
+from events.session import Session, Turn
 
 FULL_SIZES = (10, 100, 1_000, 10_000, 30_000)
 QUICK_SIZES = (10, 100)
@@ -80,11 +92,14 @@ MAX_TOKENS = 4096
 EVENTS_PER_TURN = 8
 MESSAGES_PER_TURN = 4
 SAVE_EVERY = 25
+"""Turns recorded per ``app.save`` while building the stored sessions (not timed)."""
 CANNED_SUMMARY = ("The user and the agent worked through failing tests caused by settings "
                   "loaded before the environment; handlers, grep results and listings "
                   "were read, and load_settings() was moved below the dotenv call. ") * 8
 """Stands in for the summary call's answer (about 1,500 characters)."""
-"""Turns recorded per ``app.save`` while building the stored sessions (not timed)."""
+FLAT_BELOW = 1.5
+"""The closing line calls the build cost flat between the two largest sizes when it grew
+by less than this factor (the stored history grows 3 to 10 times between sizes)."""
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -119,6 +134,12 @@ class Budget:
 
 FULL_BUILD = Budget(5, 1.0, 500)
 QUICK_BUILD = Budget(3, 0.1, 100)
+FULL_BUILD_ROUNDS, FULL_BUILD_BLOCK = 8, Budget(3, 0.25, 100)
+QUICK_BUILD_ROUNDS, QUICK_BUILD_BLOCK = 3, Budget(3, 0.02, 30)
+"""The build is timed once every size is stored, the sizes taking turns (``rounds``
+blocks each): load from other processes on a shared machine then falls on every size
+alike, and the comparison of the sizes (the closing lines) does not hang on when each
+was measured."""
 FULL_RELOAD = Budget(3, 2.0, 100)
 QUICK_RELOAD = Budget(3, 0.2, 50)
 FULL_CATCH_UP = Budget(20, 0.5, 2000)
@@ -149,11 +170,22 @@ def tool_output(turn: int) -> tuple[str, dict[str, Any], str]:
     return "list_dir", {"path": f"src/app/package_{turn}"}, body
 
 
-def turn_steps(turn: int) -> list[Callable[[Session], None]]:
-    """The eight events of one turn (four of them add a message), as the actor records."""
+@dataclass(frozen=True)
+class Step:
+    """One event of a turn: whether it adds a message to the history, and whether the
+    actor makes a model call right after it (and so checks for compaction first)."""
+
+    record: Callable[[Session], None]
+    adds_message: bool
+    calls_model: bool
+
+
+def turn_steps(turn: int) -> list[Step]:
+    """The eight events of one turn (four of them add a message), as the actor records
+    them; the first turn also records the session going ``running`` (nine events)."""
     call_id = f"toolu_{turn:08d}"
     tool, tool_input, output = tool_output(turn)
-    return [
+    records: list[Callable[[Session], None]] = [
         lambda s: s.receive_user_message(
             text=f"Turn {turn}: please look at the application's startup and tell me why "
             "the tests fail when the settings are loaded before the environment.",
@@ -181,73 +213,117 @@ def turn_steps(turn: int) -> list[Callable[[Session], None]]:
         ),
         lambda s: s.complete_turn(rounds=2, usage=Usage(3600, 230), cost_usd=0.0143,
                                   stop="end_turn"),
-        lambda s: s.change_status(status="waiting", reason="waiting for input"),
+        lambda s: s.signal_waiting(reason="the turn is done"),
     ]
+    # user message (a call), tool_use, proposed, decided, result (a call), closing text,
+    # completed, waiting
+    adds = (True, True, False, False, True, True, False, False)
+    calls = (True, False, False, False, True, False, False, False)
+    steps = [Step(*step) for step in zip(records, adds, calls, strict=True)]
+    if turn == 0:
+        steps.insert(1, Step(lambda s: s.change_status(status="running",
+                                                       reason="user message"), False, False))
+    return steps
 
 
-ADDS_MESSAGE = (True, True, False, False, True, True, False, False)
-"""Which of :func:`turn_steps` add a message to the history."""
+class CompactionCheck:
+    """The check the session actor makes before every model call (``_next_call``): build
+    the request, ``plan_compaction`` on the request's own token estimate, and compact
+    first when the history fills 70% of the budget.
+
+    Building the request costs tens of ms once the history holds thousands of messages,
+    and the sessions of 10 to 30,000 messages make 20,555 calls: building each would take
+    the bench a quarter of an hour. So the request is built only when the history *may*
+    have reached the trigger: the estimate of the last request built, plus the raw estimate of every
+    message since (counted whole: summarizing a stale result and coalescing neighbours
+    only ever lower an estimate), is an upper bound of the next request's. While that
+    bound stays under 70% of the budget the actor's check finds nothing to do; once it
+    reaches it, the request is built and checked exactly as the actor does. The
+    compactions land on the same calls as the actor's."""
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self.budget = context_budget(window, estimate_tokens(DEFAULT_SYSTEM_PROMPT))
+        self.sent: int | None = None
+        """The history's estimate in the last request built (None: none since the last
+        compaction)."""
+        self.length = 0
+        """How many messages the history held then."""
+        self.calls = 0
+        self.built = 0
+        """Model calls checked, and requests built for it."""
+
+    def before_call(self, session: Session) -> None:
+        """Compact ``session`` (canned summary) if the actor would before this call."""
+        self.calls += 1
+        history = session.history
+        if self.sent is not None:
+            # the last message counted again: a tool result may have joined it since
+            bound = self.sent + estimate_history_tokens(history[max(0, self.length - 1):])
+            if not needs_compaction(bound, self.budget):
+                return
+        self.built += 1
+        request = build(session)
+        self.sent, self.length = request.history_tokens, len(history)
+        plan = plan_compaction(history, system=request.system, window=self.window,
+                               sent_tokens=request.history_tokens)
+        if plan is None:
+            return
+        text = summary_text(CANNED_SUMMARY)
+        after = estimate_history_tokens(summarize_stale_results(
+            [Turn("user", [TextBlock(text)]), *history[plan.replaced:]]))
+        session.compact_history(summary=text, replaced=plan.replaced,
+                                tokens_before=plan.tokens, tokens_after=after,
+                                budget=plan.budget, cost_usd=0.01)
+        self.sent = None
 
 
-CHECK_EVERY = 8
-"""Turns between two compaction checks while building the stored sessions (the actor
-checks before every call; checking each turn here would make building the 30,000-message
-session take minutes, and a compaction a few turns later changes nothing measured)."""
-
-
-def record_turn(session: Session, turn: int, room: int | None = None) -> int:
-    """Record ``turn`` on ``session``, adding at most ``room`` messages; every
-    CHECK_EVERY turns the history is compacted first when it needs it, as the actor does.
+def record_turn(session: Session, turn: int, room: int | None = None,
+                check: CompactionCheck | None = None) -> int:
+    """Record ``turn`` on ``session``, adding at most ``room`` messages; before each of
+    the turn's two model calls ``check`` compacts the history when the actor would.
     Returns the messages added."""
     count = 0
-    for step, adds in zip(turn_steps(turn), ADDS_MESSAGE, strict=True):
-        if adds and room is not None and count >= room:
+    for step in turn_steps(turn):
+        if step.adds_message and room is not None and count >= room:
             break
-        step(session)
-        count += adds
-        if count == 1 and adds and turn % CHECK_EVERY == 0:
-            compact_if_needed(session)
+        step.record(session)
+        count += step.adds_message
+        if step.calls_model and check is not None:
+            check.before_call(session)
     return count
 
 
-def compact_if_needed(session: Session) -> None:
-    """Record a compaction when the history fills 70% of the budget (canned summary)."""
-    plan = plan_compaction(session.history, system=DEFAULT_SYSTEM_PROMPT,
-                           window=context_window(MODEL))
-    if plan is None:
-        return
-    after = estimate_history_tokens(summarize_stale_results(session.history[plan.replaced:]))
-    session.compact_history(summary=summary_text(CANNED_SUMMARY), replaced=plan.replaced,
-                            tokens_before=plan.tokens, tokens_after=after,
-                            budget=plan.budget, cost_usd=0.01)
-
-
-def build_session(app: TetherApplication, session_id: str, messages: int) -> Session:
-    """Store a session to which exactly ``messages`` messages were added; return it."""
+def build_session(app: TetherApplication, session_id: str, messages: int
+                  ) -> tuple[Session, CompactionCheck]:
+    """Store a session to which exactly ``messages`` messages were added; return it and
+    its compaction check (which goes on checking the turns added later)."""
     session = Session(session_id=session_id, name=f"context bench {messages}",
                       workspace="/home/user/projects/app", model=MODEL, channel="terminal")
+    check = CompactionCheck(context_window(MODEL))
     turn = added = 0
     while added < messages:
-        added += record_turn(session, turn, messages - added)
+        added += record_turn(session, turn, messages - added, check)
         turn += 1
         if turn % SAVE_EVERY == 0:
             app.save(session)
     app.save(session)
-    return session
+    return session, check
 
 
-def build(session: Session) -> Any:
-    """The request of the session's next model call, as the session actor builds it."""
-    return build_request(session.history, model=MODEL, tools=TOOLS, max_tokens=MAX_TOKENS,
+def build(session: Session | list[Turn]) -> Any:
+    """The request of the session's next model call, as the session actor builds it (or
+    of a model call on ``history``)."""
+    history = session if isinstance(session, list) else session.history
+    return build_request(history, model=MODEL, tools=TOOLS, max_tokens=MAX_TOKENS,
                          system=DEFAULT_SYSTEM_PROMPT)
 
 
 # --- measuring ----------------------------------------------------------------------------
 
 
-def median_ms(call: Callable[[], object], budget: Budget) -> float:
-    """Median wall time of ``call`` in ms, after one untimed warm-up call."""
-    call()
+def timed_ms(call: Callable[[], object], budget: Budget) -> list[float]:
+    """Wall times of repeated calls of ``call`` in ms, as long as ``budget`` says."""
     samples: list[float] = []
     started = time.perf_counter()
     while len(samples) < budget.max_reps and (
@@ -256,7 +332,27 @@ def median_ms(call: Callable[[], object], budget: Budget) -> float:
         t0 = time.perf_counter()
         call()
         samples.append((time.perf_counter() - t0) * 1000.0)
-    return statistics.median(samples)
+    return samples
+
+
+def median_ms(call: Callable[[], object], budget: Budget) -> float:
+    """Median wall time of ``call`` in ms, after one untimed warm-up call."""
+    call()
+    return statistics.median(timed_ms(call, budget))
+
+
+def build_ms_by_size(histories: Sequence[list[Turn]], quick: bool) -> list[float]:
+    """Median ms of building the request for each held history, the histories taking
+    turns in blocks (see :data:`FULL_BUILD_ROUNDS`), after one untimed warm-up each."""
+    rounds, block = (QUICK_BUILD_ROUNDS, QUICK_BUILD_BLOCK) if quick else (
+        FULL_BUILD_ROUNDS, FULL_BUILD_BLOCK)
+    samples: list[list[float]] = [[] for _ in histories]
+    for history in histories:
+        build(history)
+    for _ in range(rounds):
+        for history, kept in zip(histories, samples, strict=True):
+            kept.extend(timed_ms(functools.partial(build, history), block))
+    return [statistics.median(kept) for kept in samples]
 
 
 @dataclass(frozen=True)
@@ -268,6 +364,10 @@ class SizeResult:
     held: int
     """Messages the session holds after its compactions (what each call walks)."""
     compactions: int
+    calls: int
+    """Model calls made while the session was built (each checked for compaction)."""
+    requests_built: int
+    """Of those, the calls whose request the check built (see :class:`CompactionCheck`)."""
     tokens: int
     """Estimated input tokens of the built request."""
     clamped: int
@@ -306,15 +406,19 @@ class ContextResults:
         return self.sizes[-1].ratio
 
 
-def measure(app: TetherApplication, messages: int, quick: bool) -> SizeResult:
-    """Store a session of ``messages`` messages and time build, catch-up and reload."""
+def measure(app: TetherApplication, messages: int, quick: bool
+            ) -> tuple[SizeResult, list[Turn]]:
+    """Store a session of ``messages`` messages and time catch-up, reload and the tree;
+    return the figures (``build_ms`` not yet timed: NaN) and the history the session held
+    once stored (what the build is timed on, see :func:`build_ms_by_size`)."""
     session_id = f"context{messages}"
-    session = build_session(app, session_id, messages)
+    session, check = build_session(app, session_id, messages)
+    stored = [Turn(t.role, list(t.content)) for t in session.history]
     held, compactions = len(session.history), session.compactions
+    calls, built = check.calls, check.built
     events = len(app.session_events(session_id))
     request = build(session)
     tokens = estimate_request_tokens(request.system, request.messages, request.tools)
-    build_ms = median_ms(lambda: build(session), QUICK_BUILD if quick else FULL_BUILD)
 
     def reload() -> Session:
         loaded = app.session(session_id)
@@ -332,7 +436,7 @@ def measure(app: TetherApplication, messages: int, quick: bool) -> SizeResult:
     samples: list[float] = []
     turn = messages // MESSAGES_PER_TURN + 1
     for _ in range(QUICK_NEW_TURNS if quick else FULL_NEW_TURNS):
-        record_turn(session, turn)
+        record_turn(session, turn, check=check)
         turn += 1
         app.save(session)
         t0 = time.perf_counter()
@@ -344,10 +448,11 @@ def measure(app: TetherApplication, messages: int, quick: bool) -> SizeResult:
     return SizeResult(
         mirror_turn_ms=mirror_turn_ms, mirror_all_ms=mirror_all_ms,
         messages=messages, events=events, held=held, compactions=compactions, tokens=tokens,
-        clamped=request.max_tokens, build_ms=build_ms,
+        calls=calls, requests_built=built,
+        clamped=request.max_tokens, build_ms=math.nan,
         catch_up_none_ms=catch_up_none_ms, catch_up_turn_ms=statistics.median(samples),
         reload_ms=reload_ms, reload_build_ms=reload_build_ms,
-    )
+    ), stored
 
 
 def measure_mirror(session: Session, quick: bool) -> tuple[float, float]:
@@ -382,6 +487,7 @@ def run(quick: bool = False, out: Printer = say) -> ContextResults:
         "1.5-3 KB)"
     )
     results: list[SizeResult] = []
+    histories: list[list[Turn]] = []
     with tempfile.TemporaryDirectory(prefix="tether-bench-context-") as folder:
         app = TetherApplication(env={
             "PERSISTENCE_MODULE": "eventsourcing.sqlite",
@@ -391,9 +497,13 @@ def run(quick: bool = False, out: Printer = say) -> ContextResults:
         })
         try:
             for messages in sizes:
-                results.append(measure(app, messages, quick))
+                result, history = measure(app, messages, quick)
+                results.append(result)
+                histories.append(history)
         finally:
             app.close()
+    results = [replace(r, build_ms=ms)
+               for r, ms in zip(results, build_ms_by_size(histories, quick), strict=True)]
     for line in table(
         ["messages", "events", "held", "compactions", "est. tokens", "max_tokens", "build ms",
          "catch-up ms", "catch-up +1 turn ms", "tree +1 turn ms", "tree walk ms",
@@ -415,11 +525,41 @@ def run(quick: bool = False, out: Printer = say) -> ContextResults:
     out("tree +1 turn = mirroring one new turn into the conversation tree (each turn);")
     out("tree walk = the whole held history again (after a compaction or a branch);")
     out("held = messages the session holds after compaction (70% of the model's budget);")
-    out("past the first compaction build stops growing with the stored history.")
+    calls, built = sum(r.calls for r in results), sum(r.requests_built for r in results)
+    out(f"compaction checked before each of the {calls:,} model calls made building the "
+        f"sessions, as the actor checks (a request built for {built:,} of them)")
     context = ContextResults(results)
+    for line in conclusion(results):
+        out(line)
     out("ratio = build ms / reload+build ms at the largest size (below 1: cheaper)")
     out(f"RATIO context build/reload @{context.largest} = {context.ratio:.2f}")
     return context
+
+
+def conclusion(results: Sequence[SizeResult]) -> list[str]:
+    """The closing lines, from the figures: how the build cost changed between the two
+    largest sizes (``flat`` below :data:`FLAT_BELOW` times, else ``grows``), and whether
+    anything was compacted."""
+    if len(results) < 2:
+        return []
+    small, large = results[-2], results[-1]
+    growth = ratio(large.build_ms, small.build_ms)
+    verdict = "flat" if growth < FLAT_BELOW else "grows"
+    lines = [
+        f"build {small.messages:,} -> {large.messages:,} stored messages: "
+        f"{small.build_ms:.3f} -> {large.build_ms:.3f} ms, x{growth:.2f} "
+        f"(stored x{large.messages / small.messages:.1f}, held x"
+        f"{large.held / small.held:.2f}): {verdict}"
+    ]
+    compacted = [r for r in results if r.compactions]
+    if not compacted:
+        lines.append("nothing was compacted: every session holds its whole history, so "
+                     "build grows with it")
+    else:
+        lines.append("compactions: " + ", ".join(
+            f"{r.compactions} at {r.messages:,} stored messages" for r in compacted)
+            + ("" if compacted[0] is results[0] else " (none below)"))
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,8 +2,10 @@
 
 Figures (:class:`Metrics`, from :meth:`MetricsView.snapshot`) and where each comes from:
 
-* cost: the Session's ``TurnCompleted``, ``TurnFailed`` and ``TitleSet`` ``cost_usd``, in
-  total and per UTC date of the event's timestamp;
+* cost: the Session's ``cost_usd`` of every event that carries one (:data:`COSTING`:
+  ``TurnCompleted``, ``TurnFailed``, ``TitleSet``, ``HistoryCompacted`` and
+  ``CompactionFailed``, what the aggregate adds to its own ``cost_usd`` and the budget
+  check sees), in total and per UTC date of the event's timestamp;
 * sessions launched: ``Created`` events (a fork is a launch too);
 * sessions by status: each session once, in its latest ``StatusChanged`` status (a legacy
   ``waiting`` counts as ``running``, see ``LEGACY_STATUSES``);
@@ -82,8 +84,11 @@ TOP = Table(
 )
 """One row (slot 0): the most expensive session."""
 
-COSTING = frozenset({"TurnCompleted", "TurnFailed", "TitleSet"})
-"""Session events with a ``cost_usd``: turns (completed or failed) and the title call."""
+COSTING = frozenset({"TurnCompleted", "TurnFailed", "TitleSet", "HistoryCompacted",
+                     "CompactionFailed"})
+"""Session events with a ``cost_usd``: turns (completed or failed), the title call and
+compactions (made or failed: their summary and memory calls), each counted as
+``events.session.Session`` adds it to the session's cost."""
 
 SESSION_EVENTS = frozenset({"Created", "UserMessageReceived", "Forked", "StatusChanged"}
                            | COSTING)

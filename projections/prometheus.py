@@ -60,10 +60,10 @@ def prometheus_text(metrics: Metrics) -> str:
     top = m.most_expensive
     families = [
         family("tether_cost_usd_total", "counter",
-               "Dollars spent by all turns (completed and failed).",
+               "Dollars spent by all model calls: turns, titles and compactions.",
                [({}, m.total_cost_usd)]),
         family("tether_cost_usd_by_day", "gauge",
-               "Dollars spent by the turns that ended on a UTC date.",
+               "Dollars spent by the model calls recorded on a UTC date.",
                [({"date": day}, cost) for day, cost in m.cost_by_day.items()]),
         family("tether_sessions", "gauge", "Sessions in each status (their latest).",
                [({"status": s}, n) for s, n in m.sessions_by_status.items()]),

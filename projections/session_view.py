@@ -17,6 +17,9 @@ from projections.tables import Change, Row, Table
 from projections.view import TrackedView
 
 ROW_FIELDS = tuple(SessionSummary.__struct_fields__)
+EXTRA_COSTS = frozenset({"TitleSet", "HistoryCompacted", "CompactionFailed"})
+"""Session events whose ``cost_usd`` counts with the session but is not a turn: the title
+call and compactions (made or failed), as ``events.session.Session`` counts them."""
 
 SESSIONS = Table(
     "session_view",
@@ -67,7 +70,7 @@ def apply_event(row: SessionSummary | None, event: Any) -> SessionSummary | None
         return msgspec.structs.replace(
             row, turns=row.turns + 1, cost_usd=row.cost_usd + event.cost_usd
         )
-    if kind == "TitleSet":
+    if kind in EXTRA_COSTS:
         return msgspec.structs.replace(row, cost_usd=row.cost_usd + event.cost_usd)
     if kind == "TurnFailed":
         return msgspec.structs.replace(row, turns=row.turns + 1,

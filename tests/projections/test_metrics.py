@@ -533,3 +533,52 @@ def test_a_title_calls_cost_counts_with_its_session(clock: Clock) -> None:
     s.set_title(title="Fix the login", cost_usd=0.01)
     facts = replay(s.collect_events())
     assert facts is not None and facts.cost_usd == pytest.approx(0.26)
+
+
+def compactions(s: Session, clock: Clock, at: str, made: float, failed: float) -> None:
+    """A compaction made (its summary and memory calls cost ``made``), then one that
+    failed after spending ``failed``."""
+    clock.at(at)
+    since = len(s.pending_events)
+    s.compact_history(summary="[Previous conversation summary: the login form]", replaced=1,
+                      tokens_before=140_000, tokens_after=20_000, budget=200_000,
+                      cost_usd=made)
+    s.fail_compaction(error="summary call failed: overloaded", cost_usd=failed)
+    clock.stamp(s, since)
+
+
+def test_compaction_costs_count_with_their_session(clock: Clock) -> None:
+    s = new_session(clock, "2026-11-21T23:00:00", "s1", "fix-login")
+    s.receive_user_message(text=PROMPT, channel="web", user="ana")
+    turn(s, clock, "2026-11-21T23:30:00", 0.25)
+    compactions(s, clock, "2026-11-21T23:40:00", 0.125, 0.0625)
+    facts = replay(s.collect_events())
+    assert facts is not None and facts.cost_usd == 0.4375 == s.cost_usd
+
+
+def test_compaction_costs_count_in_every_figure_as_the_budget_sees_them(
+    app: TetherApplication, clock: Clock, make_view: Callable[[], MetricsView]
+) -> None:
+    first_run_of_s1(app, clock)  # 0.75 in turns
+    s2 = new_session(clock, "2026-11-22T05:00:00", "s2", "long-haul")
+    s2.receive_user_message(text="refactor the store", channel="web", user="bo")
+    turn(s2, clock, "2026-11-22T23:00:00", 0.5)
+    compactions(s2, clock, "2026-11-23T00:10:00", 0.125, 0.25)
+    app.save(s2)
+    view = make_view()
+    follow(app, view)
+
+    metrics = view.snapshot()
+
+    stored = app.session("s2")
+    assert stored is not None and stored.cost_usd == 0.875  # what the budget check sees
+    assert metrics.total_cost_usd == 0.75 + 0.875
+    assert metrics.cost_by_day == {"2026-11-21": 0.25, "2026-11-22": 1.0,
+                                   "2026-11-23": 0.375}
+    # only the compactions' cost puts s2 ahead of s1
+    assert metrics.most_expensive == TopSession(session_id="s2", name="long-haul",
+                                                cost_usd=0.875,
+                                                first_prompt="refactor the store")
+    samples = parse(prometheus_text(metrics))
+    assert samples[("tether_cost_usd_total", frozenset())] == 1.625
+    assert samples[("tether_cost_usd_by_day", frozenset({("date", "2026-11-23")}))] == 0.375

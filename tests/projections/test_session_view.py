@@ -190,3 +190,25 @@ def test_running_follower_applies_after_each_save(
     assert view.position() == app.max_notification_id()
     assert [r.session_id for r in view.summaries()] == ["s9"]
     assert view.summaries()[0].turns == 1
+
+
+def test_title_and_compaction_costs_count_with_the_session(
+    app: TetherApplication, open_view: Callable[[], SessionView]
+) -> None:
+    s = run_turn(app, "s1", "fix-login")  # 0.25 in its turn
+    s.set_title(title="Fix the login", cost_usd=0.03125)
+    s.compact_history(summary="[Previous conversation summary: hi]", replaced=1,
+                      tokens_before=140_000, tokens_after=20_000, budget=200_000,
+                      cost_usd=0.125)
+    s.fail_compaction(error="summary call failed: overloaded", cost_usd=0.0625)
+    app.save(s)
+    view = open_view()
+
+    follow(app, view)
+
+    row = view.summary("s1")
+    stored = app.session("s1")
+    assert stored is not None and stored.cost_usd == 0.46875  # what the budget check sees
+    assert row is not None and row.cost_usd == 0.46875
+    assert row.turns == 1  # a compaction is no turn
+    assert row.last_activity == stamp(app, "s1")
