@@ -86,6 +86,10 @@ def build_request(
 # A history may be cut only before a *clean* turn start: a user message with blocks and no
 # tool_result. Everything before it has its tool_use blocks answered; cutting before a
 # mixed message would part its results from the tool_use blocks they answer.
+#
+# A continuation Turn (``continues``: the rest of a message the conversation tree holds
+# in two parts) never starts a turn: it is the same message as the one before it, so a
+# history is never cut between the two.
 
 Msg = TypeVar("Msg", Turn, dict[str, Any])
 """A message as stored (a Turn) or as sent (a Messages API dict)."""
@@ -118,9 +122,15 @@ def _has_result(message: Turn | dict[str, Any]) -> bool:
     return any(_kind(b) == "tool_result" for b in _blocks(message))
 
 
+def _continues(message: Turn | dict[str, Any]) -> bool:
+    """``message`` is a continuation Turn (API dicts never are)."""
+    return isinstance(message, Turn) and message.continues
+
+
 def starts_turn(message: Turn | dict[str, Any]) -> bool:
-    """``message`` starts a turn: a user message with a block that is not a tool_result."""
-    return _role(message) == "user" and any(
+    """``message`` starts a turn: a user message with a block that is not a tool_result,
+    and not a continuation (the rest of the message before it)."""
+    return _role(message) == "user" and not _continues(message) and any(
         _kind(b) != "tool_result" for b in _blocks(message)
     )
 
@@ -378,17 +388,32 @@ def _texts(message: Turn | dict[str, Any]) -> list[str]:
 
 
 def _with_blocks(message: Msg, blocks: list[Any]) -> Msg:
-    """A new message like ``message`` (same kind, same other keys) holding ``blocks``."""
+    """A new message like ``message`` (same kind, same other keys, a Turn's continuation
+    flag) holding ``blocks``."""
     if isinstance(message, Turn):
-        return cast(Msg, Turn(message.role, blocks))
+        return cast(Msg, msgspec.structs.replace(message, content=blocks))
     return cast(Msg, {**message, "content": blocks})
 
 
 def _joined(run: list[Msg]) -> list[Msg]:
-    """A run of same-role text-only messages as one message with one text block."""
+    """A run of same-role text-only messages as one message with one text block: the
+    non-blank texts with a blank line between, except that a continuation's first text
+    goes on from the text before it with nothing between (neither stripped)."""
     if len(run) < 2:
         return run
-    text = "\n\n".join(t for message in run for t in _texts(message) if t.strip())
+    pieces: list[str] = []
+    glue = False  # the message before put a text last: a continuation goes on from it
+    for message in run:
+        texts = [t for t in _texts(message) if t.strip()]
+        if not texts:
+            glue = False
+            continue
+        if glue and _continues(message):
+            pieces[-1] += texts[0]
+            texts = texts[1:]
+        pieces.extend(texts)
+        glue = True
+    text = "\n\n".join(pieces)
     if not text:
         return run
     first = run[0]
@@ -400,16 +425,21 @@ def coalesce(messages: list[Msg]) -> list[Msg]:
     """Adjacent text-only messages of the same role merged, so the roles alternate.
 
     1. Each run of adjacent text-only messages of one role becomes one message whose one
-       text block joins their non-blank texts (blank lines between). A message with a
-       tool_use or tool_result block is never part of such a run, so text never joins
-       across a tool block.
+       text block joins their non-blank texts (blank lines between). A continuation
+       Turn (``continues``: the rest of a message the tree holds in two parts) is glued
+       to the text before it with nothing between and nothing stripped, so
+       ``"what colour is the "`` and ``"grass"`` read ``"what colour is the grass"``.
+       A message with a tool_use or tool_result block is never part of such a run, so
+       text never joins across a tool block (a continuation after one stays a message
+       of its own, as in step 2).
     2. Same-role neighbours left after that (a user message of tool results followed by
        the user's text, or a reminder) have their block lists put one after the other,
        unchanged and in order, as :func:`to_api_messages` does: the Messages API wants
        the roles to alternate, and tool_result blocks first in their user message, which
        holds since results always follow the assistant message that asked for them.
 
-    Works on Turns or API dicts; ``messages`` is not changed.
+    Works on Turns or API dicts (which carry no continuation flag); ``messages`` is not
+    changed.
     """
     runs: list[Msg] = []
     run: list[Msg] = []
@@ -433,13 +463,12 @@ def coalesce(messages: list[Msg]) -> list[Msg]:
 
 
 def shape_messages(history: list[Turn], keep_turns: int = KEEP_TURNS) -> list[dict[str, Any]]:
-    """What to send for ``history``: stale tool results summarized, then coalesced, in
-    Messages API form. The history itself is not changed."""
+    """What to send for ``history``: stale tool results summarized, then coalesced (on
+    the Turns, so continuations are glued), in Messages API form. The history itself is
+    not changed."""
     shaped = summarize_stale_results(history, keep_turns)
-    return coalesce(
-        [{"role": t.role, "content": [msgspec.to_builtins(b) for b in t.content]}
-         for t in shaped]
-    )
+    return [{"role": t.role, "content": [msgspec.to_builtins(b) for b in t.content]}
+            for t in coalesce(shaped)]
 
 
 # --- compaction ---------------------------------------------------------------------------
@@ -566,14 +595,21 @@ the past tense, as short as the content allows, with no preamble."""
 
 
 def render_transcript(messages: Sequence[Turn | dict[str, Any]]) -> str:
-    """``messages`` as plain text for the compaction calls (long tool results cut)."""
+    """``messages`` as plain text for the compaction calls (long tool results cut; a
+    continuation's text goes on the line of the text before it, as it is sent)."""
     lines: list[str] = []
+    text_role = ""  # the role whose text the last line is ("" if it is not text)
     for message in messages:
-        speaker = "User" if _role(message) == "user" else "Assistant"
+        role = _role(message)
+        speaker = "User" if role == "user" else "Assistant"
+        glue = _continues(message) and text_role == role
         for block in _blocks(message):
             data = block if isinstance(block, dict) else msgspec.to_builtins(block)
             kind = data.get("type")
-            if kind == "text":
+            text_role = role if kind == "text" else ""
+            if kind == "text" and glue:
+                lines[-1] += str(data.get("text", ""))
+            elif kind == "text":
                 lines.append(f"{speaker}: {data.get('text', '')}")
             elif kind == "tool_use":
                 lines.append(f"Assistant called {data.get('name', '')} "
@@ -587,6 +623,7 @@ def render_transcript(messages: Sequence[Turn | dict[str, Any]]) -> str:
                 lines.append(f"Tool {label} ({data.get('tool_use_id', '')}): {text}")
             else:
                 lines.append(f"{speaker}: {_json(data)}")
+            glue = False
     return "\n\n".join(lines)
 
 

@@ -88,6 +88,23 @@ def event_summary(name: str, data: dict[str, Any]) -> str:
         return str(data.get("reason"))
     if name == "WorkspaceChanged":
         return f"-> {data.get('path')}"
+    if name == "MovedTo":
+        count = len(data.get("history", []))
+        return (f"-> node {str(data.get('node_id'))[:8]}, {count} message"
+                f"{'s' if count != 1 else ''} ({data.get('reason')})")
+    if name == "GenerationStarted":
+        n = data.get("n", 1)
+        tools = (f"tools on, at most {data.get('max_tool_iterations')} tool rounds"
+                 if data.get("tools") else "no tools")
+        return f"{n} completion{'s' if n != 1 else ''}, {tools}, by {data.get('user')}"
+    if name == "AlternativeGenerated":
+        usage = data.get("usage")
+        tokens = f", {usage.input_tokens}+{usage.output_tokens} tokens" if usage else ""
+        text = " ".join(b.text for b in data.get("content", []) if isinstance(b, TextBlock))
+        calls = [b.name for b in data.get("content", []) if isinstance(b, ToolUseBlock)]
+        said = _clip(text, 50) + (f" | tool_use {', '.join(calls)}" if calls else "")
+        return (f"node {str(data.get('node_id'))[:8]} [{data.get('stop_reason')}"
+                f"{tokens}] {said}").rstrip()
     if name in ("TurnFailed", "ActorFailed"):
         return _clip(str(data.get("error")), 80)
     return ""

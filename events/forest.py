@@ -16,8 +16,8 @@ Two layers:
   (so a refused operation records nothing), then records one event carrying the planned
   changes; applying the event applies them. Events record facts, not commands: a replay
   never re-runs the rules, so a later change of the rules cannot change a stored tree.
-  Operations that change nothing (a reused root or message, an edit to the same text)
-  record no event.
+  Operations that change nothing (a reused root or message, an edit to the same text or
+  one differing only in whitespace) record no event.
 
 Ids. One forest per session: its aggregate id is ``forest_uuid(session_id)``, a uuid5
 from a namespace of its own (like the session's), so whoever knows the session finds its
@@ -36,25 +36,36 @@ Rules (after the Forest of the conversation engine spec, seed 003):
   a message left with no blocks adds nothing (the parent is returned: no empty node is
   ever created); an identical message (same role; text compared trimmed; tool inputs
   compared as canonical JSON, so key order does not matter but ``1`` and ``true`` differ)
-  already under the parent is reused.
+  already under the parent is reused, if its continuation flag (below) is the one wanted.
+* continuations: a node with ``continues`` set holds text that goes on from its parent's
+  without a break (the right part of a split, the new rest of an edit): the message it
+  ends is its parent's text and its own, joined with nothing between (not two messages).
+  Only a text-only node under a text-only message of the same role can be one
+  (``append(..., continues=True)`` elsewhere is refused).
 * ``split(node, position)``: the node's text (its text blocks joined; positions count
   characters) is cut at ``1 <= position < len(text)``. A new node holding the left part
-  takes the node's place among its siblings; the node keeps its id, holds the right part
-  and keeps its children, under the new node. Bookmarks on it stay (the path to it reads
-  as before). Roots, nodes that are not only text and cuts leaving a part that is only
-  whitespace are refused.
-* ``edit(node, new_content)``: a node without children changes in place. A node with
-  children keeps what hangs below it and the edit branches, as the seed's
+  takes the node's place among its siblings (with the node's continuation flag); the node
+  keeps its id, holds the right part (now a continuation) and keeps its children, under
+  the new node. Bookmarks on it stay (the path to it reads as before). Roots, nodes that
+  are not only text and cuts leaving a part that is only whitespace are refused.
+* ``edit(node, new_content)``: a node without children changes in place (keeping its
+  continuation flag); an edit that prefix matching would not tell from the old content
+  (only whitespace changed) records nothing, and one that would make the node identical
+  (same key, same flag) to one of its siblings is refused (:class:`DuplicateMessageError`
+  names the sibling: branch to it instead), so an edit never makes two siblings alike
+  (a split or a reparenting delete still can: prefix matching then takes the first). A node
+  with children keeps what hangs below it and the edit branches, as the seed's
   ``editNodeContent`` does, from the longest common prefix of the old and new text:
   when the common prefix is empty (or only whitespace) the new content becomes a sibling
-  of the node (appended to its parent, with prefix matching); when the old text is a
-  prefix of the new (up to trailing whitespace) the rest of the new text becomes a new
-  child of the node; otherwise the node is split at the prefix and the rest of the new
-  text becomes a sibling of the right part, under the left part. When the new text is a
-  prefix of the old, no node is added: the left part is the result. The bookmarks on the
-  node move to the node that now ends the edited message. Empty edits, edits of roots,
-  of nodes holding tool_use blocks, of tool results, and new content with tool_use or
-  tool_result blocks are refused.
+  of the node (appended to its parent, with prefix matching, with the node's
+  continuation flag); when the old text is a prefix of the new (up to trailing
+  whitespace) the rest of the new text becomes a new child of the node, a continuation;
+  otherwise the node is split at the prefix and the rest of the new text becomes a
+  sibling of the right part, under the left part, a continuation too. When the new text
+  is a prefix of the old, no node is added: the left part is the result. The bookmarks
+  on the node move to the node that now ends the edited message. Empty edits, edits of
+  roots, of nodes holding tool_use blocks, of tool results, and new content with
+  tool_use or tool_result blocks are refused.
 * ``delete(node, mode)``: ``cascade`` removes the node and everything under it;
   ``reparent`` removes only the node and puts its children, in order, where it stood
   under its parent. Roots cannot be deleted. Bookmarks on removed nodes go with them.
@@ -137,6 +148,14 @@ class DeleteModeError(ForestError):
     """A delete mode other than ``cascade`` or ``reparent``."""
 
 
+class DuplicateMessageError(ForestError):
+    """An in-place edit would make the node identical to one of its siblings."""
+
+
+class ContinuationError(ForestError):
+    """A continuation where its text cannot go on from its parent's."""
+
+
 class BookmarkError(ForestError):
     """A bookmark name that is blank, or that does not exist."""
 
@@ -150,13 +169,18 @@ class BrokenPathError(ForestError):
 
 class Node(msgspec.Struct, frozen=True):
     """One message of the tree. ``parent`` is None for a root (role ``system``, content the
-    system prompt). Frozen, with tuples: what the queries hand out cannot change the tree."""
+    system prompt). Frozen, with tuples: what the queries hand out cannot change the tree.
+
+    ``continues``: its text goes on from its parent's without a break (the right part of
+    a split, or the new rest of an edit); the parent is then a text-only message of the
+    same role, and the two are one message cut in two."""
 
     id: str
     parent: str | None
     role: str
     content: tuple[ContentBlock, ...]
     children: tuple[str, ...] = ()
+    continues: bool = False
 
     @property
     def text(self) -> str:
@@ -169,13 +193,16 @@ class Node(msgspec.Struct, frozen=True):
 
 class AddNode(msgspec.Struct, tag_field="op", tag="add_node"):
     """A node without children, under ``parent`` (None: a root) at ``index`` among its
-    siblings (-1: last). Counts as one more node created in the forest."""
+    siblings (-1: last), a continuation of its parent's text when ``continues`` (events
+    stored before the flag existed have none: False). Counts as one more node created in
+    the forest."""
 
     id: str
     parent: str | None
     role: str
     content: list[ContentBlock]
     index: int = -1
+    continues: bool = False
 
 
 class MoveNode(msgspec.Struct, tag_field="op", tag="move_node"):
@@ -187,10 +214,12 @@ class MoveNode(msgspec.Struct, tag_field="op", tag="move_node"):
 
 
 class SetContent(msgspec.Struct, tag_field="op", tag="set_content"):
-    """The node's content is now ``content``."""
+    """The node's content is now ``content``; its continuation flag is now ``continues``
+    when that is given (None, as in events stored before the field existed: unchanged)."""
 
     id: str
     content: list[ContentBlock]
+    continues: bool | None = None
 
 
 class RemoveNode(msgspec.Struct, tag_field="op", tag="remove_node"):
@@ -299,6 +328,13 @@ class ForestState(msgspec.Struct):
             stack.extend((c, False) for c in reversed(self.nodes[current].children))
         return out
 
+    def can_continue(self, parent: str, role: str, content: Sequence[ContentBlock]) -> bool:
+        """A message of ``role`` holding ``content`` may be a continuation under ``parent``:
+        both are text only (and not empty) and of the same role (a root never is one)."""
+        node = self.node(parent)
+        return (node.parent is not None and node.role == role and _only_text(node.content)
+                and _only_text(_clean(content)))
+
     def _mint(self, offset: int = 0) -> str:
         return node_id_for(self.forest_id, self.created + offset)
 
@@ -313,19 +349,26 @@ class ForestState(msgspec.Struct):
         new_id = self._mint()
         return Planned(new_id, [AddNode(new_id, None, "system", content)])
 
-    def plan_append(self, parent: str, role: str, content: Sequence[ContentBlock]) -> Planned:
-        """Append one message under ``parent``, reusing an identical child."""
+    def plan_append(self, parent: str, role: str, content: Sequence[ContentBlock],
+                    continues: bool = False) -> Planned:
+        """Append one message under ``parent``, reusing an identical child with the same
+        continuation flag. ``continues``: its text goes on from the parent's (refused
+        with a :class:`ContinuationError` unless :meth:`can_continue`)."""
         self.node(parent)
         _check_role(role)
         blocks = _clean(content)
         _check_blocks(role, blocks)
         if not blocks:
             return Planned(parent, [])  # nothing left to say: no empty node
-        match = self._matching_child(self.children(parent), role, blocks)
+        if continues and not self.can_continue(parent, role, blocks):
+            raise ContinuationError(
+                f"a continuation is text going on from a text message of the same role; "
+                f"{parent!r} cannot be continued by this {role} message")
+        match = self._matching_child(self.children(parent), role, blocks, continues)
         if match is not None:
             return Planned(match, [])
         new_id = self._mint()
-        return Planned(new_id, [AddNode(new_id, parent, role, blocks)])
+        return Planned(new_id, [AddNode(new_id, parent, role, blocks, continues=continues)])
 
     def plan_split(self, node_id: str, position: int) -> Planned:
         """Split the node's text at ``position``; the result is the new left-part node."""
@@ -350,13 +393,17 @@ class ForestState(msgspec.Struct):
         assert node.parent is not None
         index = self.nodes[node.parent].children.index(node.id)
         return left_id, [
-            AddNode(left_id, node.parent, node.role, left, index),
+            AddNode(left_id, node.parent, node.role, left, index, continues=node.continues),
             MoveNode(node.id, left_id),
-            SetContent(node.id, right),
+            SetContent(node.id, right, continues=True),
         ]
 
     def plan_edit(self, node_id: str, new_content: str | Sequence[ContentBlock]) -> Planned:
-        """Edit the node: in place without children, else branch from the common prefix."""
+        """Edit the node: in place without children, else branch from the common prefix
+        (the rules in the module's docstring). In place, an edit prefix matching cannot
+        tell from the old content (only whitespace changed) changes nothing, and one that
+        would make the node identical to a sibling (same key and continuation flag) is
+        refused with a :class:`DuplicateMessageError` naming that sibling."""
         node = self.node(node_id)
         if node.parent is None:
             raise RootOperationError(
@@ -364,33 +411,39 @@ class ForestState(msgspec.Struct):
         old_text = _text_only(node, "edit")
         blocks = _new_text_blocks(new_content)
         if not node.children:
-            if tuple(blocks) == node.content:
+            if message_key(node.role, blocks) == message_key(node.role, node.content):
                 return Planned(node_id, [])
+            twin = self._matching_child(self.siblings(node_id), node.role, blocks,
+                                        node.continues)
+            if twin is not None:
+                raise DuplicateMessageError(
+                    f"an identical message is already there: {twin} (branch to it instead)")
             return Planned(node_id, [SetContent(node_id, blocks)])
         new_text = "".join(b.text for b in _texts(blocks))
         lcp = _common_prefix(old_text, new_text)
         changes: list[Change] = []
-        if not old_text[:lcp].strip():  # nothing in common: a sibling
+        if not old_text[:lcp].strip():  # nothing in common: a sibling, continuing as it did
             base, base_children, suffix = node.parent, self.children(node.parent), blocks
-            minted = 0
+            minted, continues = 0, node.continues
         elif not old_text[lcp:].strip():  # the old text starts the new one: a new child
             base, base_children, suffix = node_id, self.children(node_id), _cut(blocks, lcp)[1]
-            minted = 0
+            minted, continues = 0, True
         else:  # split at the common prefix; the rest of the new text beside the old rest
             left, right = _cut(node.content, lcp)
             base, split = self._split_changes(node, left, right, self._mint())
             changes.extend(split)
-            base_children = [msgspec.structs.replace(node, content=tuple(right))]
+            base_children = [msgspec.structs.replace(node, content=tuple(right),
+                                                     continues=True)]
             suffix = _cut(blocks, lcp)[1]
-            minted = 1
+            minted, continues = 1, True
         result = base
         if suffix:
-            match = self._matching_child(base_children, node.role, suffix)
+            match = self._matching_child(base_children, node.role, suffix, continues)
             if match is not None:
                 result = match
             else:
                 result = self._mint(minted)
-                changes.append(AddNode(result, base, node.role, suffix))
+                changes.append(AddNode(result, base, node.role, suffix, continues=continues))
         if result != node_id:
             changes.extend(SetBookmark(name, result) for name, target in self.bookmarks.items()
                            if target == node_id)
@@ -434,10 +487,12 @@ class ForestState(msgspec.Struct):
         return Planned(target, [DropBookmark(name)])
 
     def _matching_child(self, children: Sequence[Node], role: str,
-                        blocks: Sequence[ContentBlock]) -> str | None:
+                        blocks: Sequence[ContentBlock], continues: bool = False) -> str | None:
+        """The first of ``children`` prefix matching would reuse: the same message key and
+        the same continuation flag."""
         wanted = message_key(role, blocks)
         for child in children:
-            if message_key(child.role, child.content) == wanted:
+            if child.continues == continues and message_key(child.role, child.content) == wanted:
                 return child.id
         return None
 
@@ -455,7 +510,9 @@ class ForestState(msgspec.Struct):
                 self._attach(change.parent, node.id, change.index)
             elif isinstance(change, SetContent):
                 node = self.node(change.id)
-                self.nodes[node.id] = msgspec.structs.replace(node, content=tuple(change.content))
+                continues = node.continues if change.continues is None else change.continues
+                self.nodes[node.id] = msgspec.structs.replace(
+                    node, content=tuple(change.content), continues=continues)
             elif isinstance(change, RemoveNode):
                 node = self.node(change.id)
                 if node.children:
@@ -472,7 +529,7 @@ class ForestState(msgspec.Struct):
         if change.id in self.nodes:
             raise ForestError(f"node {change.id!r} exists already")
         self.nodes[change.id] = Node(change.id, change.parent, change.role,
-                                     tuple(change.content))
+                                     tuple(change.content), continues=change.continues)
         self.created += 1
         if change.parent is None:
             _insert(self.roots, change.id, change.index)
@@ -546,6 +603,11 @@ def _check_blocks(role: str, blocks: Sequence[ContentBlock]) -> None:
 def _check_bookmark_name(name: str) -> None:
     if not isinstance(name, str) or not name.strip():
         raise BookmarkError(f"a bookmark needs a name, not {name!r}")
+
+
+def _only_text(blocks: Sequence[ContentBlock]) -> bool:
+    """``blocks`` are text blocks, at least one."""
+    return bool(blocks) and all(isinstance(b, TextBlock) for b in blocks)
 
 
 def _text_only(node: Node, operation: str) -> str:
@@ -682,10 +744,13 @@ class Forest(Aggregate):
             self._root_created(system_prompt=system_prompt, node_id=node_id, changes=changes)
         return node_id
 
-    def append(self, parent: str, role: str, content: Sequence[ContentBlock]) -> str:
+    def append(self, parent: str, role: str, content: Sequence[ContentBlock],
+               continues: bool = False) -> str:
         """Append a message under ``parent``; returns its node (an identical existing child
-        is reused; a message with no content leaves you at ``parent``)."""
-        node_id, changes = self.state.plan_append(parent, role, content)
+        with the same continuation flag is reused; a message with no content leaves you
+        at ``parent``). ``continues``: its text goes on from the parent's (see
+        :meth:`ForestState.can_continue`; refused elsewhere)."""
+        node_id, changes = self.state.plan_append(parent, role, content, continues)
         if changes:
             self._appended(parent=parent, role=role, node_id=node_id, changes=changes)
         return node_id
@@ -698,7 +763,9 @@ class Forest(Aggregate):
         return left_id
 
     def edit(self, node_id: str, new_content: str | Sequence[ContentBlock]) -> str:
-        """Edit the node's text; returns the node that now ends the edited message."""
+        """Edit the node's text; returns the node that now ends the edited message (the
+        rules: :meth:`ForestState.plan_edit`; an in-place edit that would duplicate a
+        sibling raises :class:`DuplicateMessageError`)."""
         result_id, changes = self.state.plan_edit(node_id, new_content)
         if changes:
             self._edited(node_id=node_id, result_id=result_id, changes=changes)

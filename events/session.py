@@ -22,11 +22,22 @@ LEGACY_STATUSES = {"waiting": "running"}
 between turns used to be ``waiting``; it is ``running`` (and waiting for input)."""
 
 
-class Turn(msgspec.Struct):
-    """One model-visible message: ``role`` is ``user`` or ``assistant``."""
+class Turn(msgspec.Struct, omit_defaults=True):
+    """One model-visible message: ``role`` is ``user`` or ``assistant``.
+
+    ``continues``: its text goes on from the previous message's without a break (the
+    conversation tree holds the message in two parts, after an edit or a split): the
+    context sends the two as one text, joined with nothing between. A default (and left
+    out of the encoding when false), so Turns stored before it existed decode as they
+    were, and encode as they did."""
 
     role: str
     content: list[ContentBlock]
+    continues: bool = False
+
+    def copy(self) -> Turn:
+        """The same message with its own content list (the flag kept)."""
+        return Turn(self.role, list(self.content), self.continues)
 
 
 class QueuedMessage(msgspec.Struct):
@@ -76,8 +87,9 @@ class Session(Aggregate):
         self.system_prompt = ""
         """The system prompt of the latest model call (as assembled and recorded)."""
         self.loaded_groups: list[str] = []
-        self.compactions = 0
         """Tool groups loaded so far (lazy tools)."""
+        self.compactions = 0
+        """Compactions of the history so far."""
         self.name = name
         self.workspace = workspace
         self.model = model
@@ -301,7 +313,7 @@ class Session(Aggregate):
                   fired_rules: list[str]) -> None:
         """This session starts as a copy of ``source_id`` up to event ``at_version``."""
         self.forked_from = source_id
-        self.history = [Turn(t.role, list(t.content)) for t in history]
+        self.history = [t.copy() for t in history]
         self.fired_rules = list(fired_rules)
 
     @event("GenerationStarted")
@@ -320,11 +332,23 @@ class Session(Aggregate):
         self.input_tokens += usage.input_tokens
         self.output_tokens += usage.output_tokens
 
+    @event("AlternativeDropped")
+    def drop_alternative(self, rules: list[str]) -> None:
+        """Another completion broke ``rules`` while it streamed and was dropped (never in
+        the tree or the history). Recorded so the next completion is a generation of its
+        own: nothing of the dropped stream can be taken for it."""
+
+    @event("StreamUnchecked")
+    def record_unchecked_stream(self, attempt: int) -> None:
+        """The rule monitor did not see the whole stream of a reply (it restarted, or a
+        delta was lost), so the reply was neither stored nor run, and the model is asked
+        again (``attempt``, from 1) as a generation of its own."""
+
     @event("MovedTo")
     def move_to(self, node_id: str, history: list[Turn], reason: str) -> None:
         """The session now stands at ``node_id`` of its tree (``tether branch`` or
         ``edit``): its history is the path to it, recorded whole so a replay needs no tree."""
-        self.history = [Turn(t.role, list(t.content)) for t in history]
+        self.history = [t.copy() for t in history]
 
     @event("TurnCompleted")
     def complete_turn(self, rounds: int, usage: Usage, cost_usd: float, stop: str) -> None:

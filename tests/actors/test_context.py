@@ -408,6 +408,51 @@ def test_coalesce_works_on_turns() -> None:
                                  Turn("assistant", [TextBlock("c")])]
 
 
+def _cont(role: str, text: str) -> Turn:
+    return Turn(role, [TextBlock(text)], continues=True)
+
+
+def test_a_continuation_is_glued_to_the_text_before_it() -> None:
+    history = [Turn("user", [TextBlock("what colour is the ")]), _cont("user", "grass"),
+               Turn("assistant", [TextBlock("green")]), _cont("assistant", " mostly"),
+               Turn("user", [TextBlock("and")]), Turn("user", [TextBlock(" then")]),
+               _cont("user", " more  ")]
+    assert coalesce(history) == [
+        Turn("user", [TextBlock("what colour is the grass")]),
+        Turn("assistant", [TextBlock("green mostly")]),
+        Turn("user", [TextBlock("and\n\n then more  ")]),  # nothing stripped
+    ]
+    assert [m["content"][0]["text"] for m in shape_messages(history)] == [
+        "what colour is the grass", "green mostly", "and\n\n then more  "]
+
+
+def test_a_continuation_is_never_glued_across_a_tool_block() -> None:
+    call = Turn("assistant", [ToolUseBlock("t", "ls", {})])
+    result = Turn("user", [ToolResultBlock("t", "a.py", False)])
+    history = [Turn("user", [TextBlock("look")]), call, result, _cont("user", "on")]
+    out = coalesce(history)
+    assert out[-1] == Turn("user", [ToolResultBlock("t", "a.py", False), TextBlock("on")])
+    # of several text blocks only the first goes on from the text before
+    two = [Turn("user", [TextBlock("a ")]), Turn("user", [TextBlock("b"), TextBlock("c")],
+                                                  continues=True)]
+    assert coalesce(two) == [Turn("user", [TextBlock("a b\n\nc")])]
+
+
+def test_a_continuation_starts_no_turn_and_is_never_cut_from_its_message() -> None:
+    history = [Turn("user", [TextBlock("what colour is the ")]), _cont("user", "grass")]
+    assert not starts_turn(history[1]) and not can_split_before(history[1])
+    assert context.turn_numbers(history) == [1, 1]
+    assert render_transcript(history) == "User: what colour is the grass"
+    # summarizing stale results keeps the flag
+    old = [Turn("assistant", [ToolUseBlock("t", "ls", {})]),
+           Turn("user", [ToolResultBlock("t", "x" * 5000, False)]), *history,
+           Turn("assistant", [TextBlock("green")])]
+    shaped = summarize_stale_results([*old, Turn("user", [TextBlock("q")]),
+                                      _cont("user", "uh")], keep_turns=1)
+    assert shaped[1] is not old[1] and [t.continues for t in shaped] == [
+        False, False, False, True, False, False, True]
+
+
 def test_shape_messages_gives_a_valid_request() -> None:
     session = _session_with_tool_round()
     session.receive_user_message(text="and now?", channel="c", user="u")

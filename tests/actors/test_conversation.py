@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from actors.context import shape_messages
 from actors.conversation import (
     TreeMirror,
+    complete_messages,
     history_at,
     locate,
     node_text,
@@ -13,7 +15,7 @@ from actors.conversation import (
     resolve_node,
     tree_nodes,
 )
-from events.forest import Forest, ForestState, Node
+from events.forest import Forest, ForestState, Node, message_key
 from events.messages import TextBlock, ToolResultBlock, ToolUseBlock
 from events.session import Turn
 
@@ -126,9 +128,17 @@ def test_node_text_and_the_rendered_tree() -> None:
     lines = render_tree(nodes, mirror.cursor)
     assert [line[0] for line in lines] == ["|", "|", " ", "|", "|", "*"]
     assert lines[3].endswith("assistant [alt]: howdy")
-    assert lines[2].startswith(f"      {nodes[2].node_id[:8]} assistant: hello")
-    # under the root and at a branch point one step in; a single reply keeps its column
-    assert [len(line[2:]) - len(line[2:].lstrip()) for line in lines] == [0, 2, 4, 4, 4, 4]
+    ids = [n.node_id[:8] for n in nodes]
+    # under the root one step in; connectors at the branch point; a single reply keeps
+    # its column
+    assert lines == [
+        f"| {ids[0]} system: prompt",
+        f"|    {ids[1]} user: hi",
+        f"     ├─ {ids[2]} assistant: hello",
+        f"|    └─ {ids[3]} assistant [alt]: howdy",
+        f"|       {ids[4]} user: more",
+        f"*       {ids[5]} assistant: ok",
+    ]
 
 
 def test_locate_finds_the_cursor_without_changing_the_tree() -> None:
@@ -144,3 +154,200 @@ def test_locate_finds_the_cursor_without_changing_the_tree() -> None:
     assert locate(forest.state, "other", history) == ""
     assert locate(forest.state, "prompt", []) == ""
     assert forest.pending_events == []  # nothing was recorded
+
+
+# --- continuations: a message the tree holds in two parts -----------------------------------
+
+
+def sent(history: list[Turn]) -> list[tuple[str, str]]:
+    """What the model is sent for ``history``: (role, text) of each message."""
+    return [(m["role"], "".join(b["text"] for b in m["content"]))
+            for m in shape_messages(history)]
+
+
+def test_an_edit_sharing_a_prefix_sends_each_branch_as_one_message() -> None:
+    forest = Forest(session_id="s1")
+    mirror = TreeMirror(forest)
+    placed = mirror.sync("prompt", [user("what colour is the sky"), assistant("blue")])
+    question, blue = placed[0][0], placed[1][0]
+    edited = forest.edit(question, "what colour is the grass")
+
+    new = history_at(forest.state, edited)
+    assert new == [user("what colour is the "), Turn("user", [TextBlock("grass")], True)]
+    assert sent(new) == [("user", "what colour is the grass")]
+    old = history_at(forest.state, blue)
+    assert [t.continues for t in old] == [False, True, False]
+    assert sent(old) == [("user", "what colour is the sky"), ("assistant", "blue")]
+    # the tree shows where a message goes on from its parent
+    assert [n.text for n in tree_nodes(forest.state)] == [
+        "prompt", "what colour is the", "…sky", "blue", "…grass"]
+
+
+def test_a_split_reads_back_as_the_message_it_was() -> None:
+    forest = Forest(session_id="s1")
+    mirror = TreeMirror(forest)
+    placed = mirror.sync("prompt", [user("hello  world"), assistant("hi"), user("more")])
+    forest.split(placed[0][0], 6)
+    history = history_at(forest.state, placed[2][0])
+    assert [t.continues for t in history] == [False, True, False, False]
+    assert sent(history) == [("user", "hello  world"), ("assistant", "hi"), ("user", "more")]
+    # mirroring that history again (a rewritten list) finds the same nodes: nothing new
+    before = len(forest.state.nodes)
+    mirror.sync("prompt", list(history))
+    assert mirror.cursor == placed[2][0] and len(forest.state.nodes) == before
+
+
+def test_a_fork_re_appends_continuations_into_its_new_tree() -> None:
+    source = Forest(session_id="s1")
+    mirror = TreeMirror(source)
+    placed = mirror.sync("prompt", [user("what colour is the sky"), assistant("blue")])
+    edited = source.edit(placed[0][0], "what colour is the grass")
+    history = history_at(source.state, edited)
+
+    fork = Forest(session_id="s2")
+    fork_mirror = TreeMirror(fork)
+    fork_mirror.sync("prompt", history)
+    assert [n.continues for n in fork.path(fork_mirror.cursor)] == [False, False, True]
+    assert history_at(fork.state, fork_mirror.cursor) == history
+    history.append(assistant("green"))
+    fork_mirror.sync("prompt", history)
+    assert sent(history_at(fork.state, fork_mirror.cursor)) == [
+        ("user", "what colour is the grass"), ("assistant", "green")]
+    assert locate(fork.state, "prompt", history) == fork_mirror.cursor
+
+
+def test_a_continuation_that_cannot_continue_is_mirrored_plain() -> None:
+    forest = Forest(session_id="s1")
+    mirror = TreeMirror(forest)
+    # after a tool result (or first of all) there is no text to go on from
+    history = [Turn("user", [TextBlock("hi")], True), CALL, RESULT,
+               Turn("user", [TextBlock("and")], True)]
+    mirror.sync("prompt", history)
+    assert [n.continues for n in forest.path(mirror.cursor)] == [False] * 5
+
+
+# --- mirroring only what is complete -------------------------------------------------------
+
+CALLS = Turn("assistant", [ToolUseBlock("t1", "ls", {}), ToolUseBlock("t2", "cat", {})])
+
+
+def test_sync_leaves_out_an_unfinished_message_of_results_and_mirrors_it_later() -> None:
+    forest = Forest(session_id="s1")
+    mirror = TreeMirror(forest)
+    results = Turn("user", [ToolResultBlock("t1", "a.py", False)])
+    history = [user("look"), CALLS, results]
+    assert complete_messages(history) == 2
+    placed = mirror.sync("prompt", history, complete=complete_messages(history))
+    assert [t for _, _, t in placed] == [user("look"), CALLS]
+    call_node = mirror.cursor
+    # a tree query in the meantime with a smaller count changes nothing
+    assert mirror.sync("prompt", history, complete=1) == [] and mirror.cursor == call_node
+
+    results.content.append(ToolResultBlock("t2", "text", False))  # the same message, whole
+    assert complete_messages(history) == 3
+    placed = mirror.sync("prompt", history, complete=complete_messages(history))
+    assert [(p, t) for _, p, t in placed] == [(call_node, results)]
+    assert forest.node(mirror.cursor).content == tuple(results.content)
+    history.append(assistant("done"))
+    placed = mirror.sync("prompt", history)  # None: all of it, only the new message
+    assert [t for _, _, t in placed] == [assistant("done")]
+    assert len(forest.state.nodes) == 5  # root, look, calls, results, done: nothing twice
+    assert history_at(forest.state, mirror.cursor) == history
+
+
+def test_sync_with_nothing_complete_makes_no_root() -> None:
+    forest = Forest(session_id="s1")
+    mirror = TreeMirror(forest)
+    history = [user("hi")]
+    assert mirror.sync("prompt", history, complete=0) == [] and forest.roots() == []
+    assert len(mirror.sync("prompt", history)) == 1
+
+
+# --- standing at a chosen node -------------------------------------------------------------
+
+
+def test_stand_at_keeps_the_chosen_node_among_identical_siblings() -> None:
+    forest = Forest(session_id="s1")
+    root = forest.root_for("prompt")
+    first = forest.append(root, "user", [TextBlock("hi")])
+    forest.append(first, "assistant", [TextBlock("hello")])
+    long = forest.append(root, "user", [TextBlock("hi there")])
+    twin = forest.split(long, 3)  # "hi " beside "hi": the same message to prefix matching
+    assert message_key("user", forest.node(twin).content) == message_key(
+        "user", forest.node(first).content)
+
+    history = history_at(forest.state, twin)
+    mirror = TreeMirror(forest)
+    assert mirror.stand_at(twin, "prompt", history) == twin
+    history.append(assistant("answer"))
+    placed = mirror.sync("prompt", history)
+    assert [p for _, p, _ in placed] == [twin]  # under the chosen node, not its twin
+    assert [c.text for c in forest.children(twin)] == ["there", "answer"]
+    # finding the node again by prefix matching would have picked the first twin
+    assert locate(forest.state, "prompt", history[:1]) == first
+
+
+def test_stand_at_refuses_a_history_that_is_not_the_path() -> None:
+    forest = Forest(session_id="s1")
+    mirror = TreeMirror(forest)
+    placed = mirror.sync("prompt", [user("hi"), assistant("hello")])
+    with pytest.raises(ValueError, match="not the path"):
+        mirror.stand_at(placed[1][0], "prompt", [user("hi")])
+    with pytest.raises(ValueError, match="not the path"):
+        mirror.stand_at(placed[1][0], "prompt", [user("hi"), assistant("bye")])
+
+
+def test_stand_at_under_another_root_mirrors_under_the_prompts_root() -> None:
+    forest = Forest(session_id="s1")
+    mirror = TreeMirror(forest)
+    placed = mirror.sync("old prompt", [user("hi"), assistant("hello")])
+    history = history_at(forest.state, placed[1][0])
+    cursor = mirror.stand_at(placed[1][0], "new prompt", history)
+    assert cursor != placed[1][0]
+    assert [n.text for n in forest.path(cursor)] == ["new prompt", "hi", "hello"]
+
+
+# --- where a session can stand -------------------------------------------------------------
+
+
+def test_history_at_checks_every_call_on_the_path() -> None:
+    forest = Forest(session_id="s1")
+    root = forest.root_for("prompt")
+    ask = forest.append(root, "user", [TextBlock("look")])
+    calls = forest.append(ask, "assistant", list(CALLS.content))
+    half = forest.append(calls, "user", [ToolResultBlock("t1", "a.py", False)])
+    done = forest.append(half, "assistant", [TextBlock("done")])
+    with pytest.raises(LookupError, match=f"message {calls} .*not answer \\(t2\\)"):
+        history_at(forest.state, done)
+    whole = forest.append(calls, "user", [ToolResultBlock("t1", "a.py", False),
+                                          ToolResultBlock("t2", "text", False)])
+    fine = forest.append(whole, "assistant", [TextBlock("done")])
+    assert len(history_at(forest.state, fine)) == 4
+    # results whose calls are gone from the path (a reparenting delete)
+    forest.delete(calls, "reparent")
+    with pytest.raises(LookupError, match=f"message {whole} .*did not make \\(t1, t2\\)"):
+        history_at(forest.state, fine)
+
+
+def test_render_tree_draws_connectors_at_branch_points() -> None:
+    """The example of render_tree's docstring."""
+    forest = Forest(session_id="s1")
+    mirror = TreeMirror(forest)
+    placed = mirror.sync("be brief", [user("what colour is the sky"), assistant("blue"),
+                                      user("thanks")])
+    grass = forest.edit(placed[0][0], "what colour is the grass")
+    history = history_at(forest.state, grass)
+    mirror.stand_at(grass, "be brief", history)
+    history.append(assistant("green"))
+    mirror.sync("be brief", history)
+    nodes = tree_nodes(forest.state)
+    ids = {n.text: n.node_id[:8] for n in nodes}
+    assert render_tree(nodes, mirror.cursor) == [
+        f"| {ids['be brief']} system: be brief",
+        f"|    {ids['what colour is the']} user: what colour is the",
+        f"     ├─ {ids['…sky']} user: …sky",
+        f"     │  {ids['blue']} assistant: blue",
+        f"     │  {ids['thanks']} user: thanks",
+        f"|    └─ {ids['…grass']} user: …grass",
+        f"*       {ids['green']} assistant: green",
+    ]

@@ -7,7 +7,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import msgspec
 import pytest
+from eventsourcing.persistence import StoredEvent
 
 from adapters.config import Settings
 from adapters.store import open_application
@@ -16,8 +18,11 @@ from events.forest import (
     AddNode,
     BookmarkError,
     BrokenPathError,
+    Change,
+    ContinuationError,
     DeleteModeError,
     DropBookmark,
+    DuplicateMessageError,
     EmptyEditError,
     Forest,
     ForestError,
@@ -258,7 +263,8 @@ def test_split_puts_the_left_part_above_the_right_part_and_its_children(
     left = forest.split(reply, 3)
 
     assert forest.node(left) == Node(left, user, "assistant", (TextBlock("hi "),), (reply,))
-    assert forest.node(reply) == Node(reply, left, "assistant", (TextBlock("there"),), (bye,))
+    assert forest.node(reply) == Node(reply, left, "assistant", (TextBlock("there"),), (bye,),
+                                      continues=True)
     assert forest.node(user).children == (left, other)  # in the split node's place
     assert pending(forest)[-1] == "Split"
 
@@ -316,7 +322,8 @@ def test_edit_with_children_branches_at_the_common_prefix(forest: Forest) -> Non
     assert forest.node(left).text == "hello "
     assert forest.node(user).text == "world"
     assert forest.node(user).children == (reply,)  # the old branch is whole
-    assert forest.node(result) == Node(result, left, "user", (TextBlock("there"),))
+    assert forest.node(result) == Node(result, left, "user", (TextBlock("there"),),
+                                       continues=True)
     assert forest.node(left).children == (user, result)
     assert texts(forest.path(result)) == ["be brief", "hello ", "there"]
     assert texts(forest.path(bye)) == ["be brief", "hello ", "world", "hi there", "bye"]
@@ -343,7 +350,8 @@ def test_edit_with_children_reuses_an_identical_sibling(forest: Forest) -> None:
 def test_edit_extending_a_node_with_children_adds_a_child(forest: Forest) -> None:
     _root, user, reply, _bye = chat(forest)
     result = forest.edit(user, "hello world, again")
-    assert forest.node(result) == Node(result, user, "user", (TextBlock(", again"),))
+    assert forest.node(result) == Node(result, user, "user", (TextBlock(", again"),),
+                                       continues=True)
     assert forest.node(user).children == (reply, result)
     assert forest.node(user).text == "hello world"
 
@@ -381,7 +389,7 @@ def test_edit_extending_a_text_with_trailing_whitespace_adds_a_child(forest: For
     node = forest.append(root, "user", T("abc "))
     child = forest.append(node, "assistant", T("ok"))
     result = forest.edit(node, "abcd")
-    assert forest.node(result) == Node(result, node, "user", (TextBlock("d"),))
+    assert forest.node(result) == Node(result, node, "user", (TextBlock("d"),), continues=True)
     assert forest.node(node).children == (child, result)
 
 
@@ -406,6 +414,97 @@ def test_edit_refusals(forest: Forest) -> None:
             lambda: forest.edit(bye, [ToolResultBlock("t", "x")]))
     refused(forest, RootOperationError, "cannot edit root", lambda: forest.edit(root, "x"))
     refused(forest, NodeNotFoundError, "no node", lambda: forest.edit("nope", "x"))
+
+
+def test_an_in_place_edit_of_whitespace_only_records_nothing(forest: Forest) -> None:
+    _, _, _, bye = chat(forest)
+    before = len(forest.pending_events)
+    assert forest.edit(bye, "bye ") == bye
+    assert forest.edit(bye, [TextBlock(" bye"), TextBlock("  ")]) == bye
+    assert len(forest.pending_events) == before
+    assert forest.node(bye).content == (TextBlock("bye"),)
+
+
+def test_an_in_place_edit_never_makes_two_identical_siblings(forest: Forest) -> None:
+    _, _, reply, bye = chat(forest)
+    other = forest.append(reply, "user", T("see you"))
+    refused(forest, DuplicateMessageError,
+            f"an identical message is already there: {other}",
+            lambda: forest.edit(bye, " see you "))
+    assert forest.edit(bye, "see you soon") == bye  # a different text is fine
+
+
+# --- continuations -------------------------------------------------------------------------
+
+
+def test_a_split_marks_the_right_part_as_a_continuation(forest: Forest) -> None:
+    _, _, reply, _ = chat(forest)  # "hi there"
+    left = forest.split(reply, 3)
+    assert (forest.node(left).continues, forest.node(reply).continues) == (False, True)
+    # splitting a continuation again: the left part keeps the flag it had
+    inner = forest.split(reply, 2)
+    assert [(n.text, n.continues) for n in forest.path(reply)[-3:]] == [
+        ("hi ", False), ("th", True), ("ere", True)]
+    assert forest.node(inner).text == "th"
+
+
+def test_an_edit_of_a_continuation_with_nothing_in_common_keeps_the_flag(
+    forest: Forest,
+) -> None:
+    root = forest.root_for("sys")
+    question = forest.append(root, "user", T("what colour is the sky"))
+    forest.append(question, "assistant", T("blue"))
+    grass = forest.edit(question, "what colour is the grass")
+    sky = question  # the right part, a continuation, keeps the id and the reply
+    moon = forest.edit(sky, "moon")
+    left = forest.node(sky).parent
+    assert forest.node(moon) == Node(moon, left, "user", (TextBlock("moon"),), continues=True)
+    assert forest.children(left) == [forest.node(sky), forest.node(grass), forest.node(moon)]
+    assert forest.edit(sky, "grass") == grass  # an identical continuation is reused
+
+
+def test_prefix_matching_reuses_only_a_child_with_the_same_flag(forest: Forest) -> None:
+    root = forest.root_for("sys")
+    node = forest.append(root, "user", T("what colour is the sky"))
+    forest.append(node, "assistant", T("blue"))
+    left = forest.split(node, 19)
+    before = len(forest.pending_events)
+    assert forest.append(left, "user", T("sky"), continues=True) == node
+    assert len(forest.pending_events) == before
+    plain = forest.append(left, "user", T("sky"))  # a message of its own: another node
+    assert plain != node and not forest.node(plain).continues
+    assert forest.append(left, "user", T("sky")) == plain
+
+
+def test_a_continuation_needs_text_of_the_same_role_to_go_on_from(forest: Forest) -> None:
+    root, user, reply, _ = chat(forest)
+    call = forest.append(user, "assistant", [ToolUseBlock("t", "ls", {})])
+    refused(forest, ContinuationError, "cannot be continued",
+            lambda: forest.append(root, "user", T("x"), continues=True))
+    refused(forest, ContinuationError, "cannot be continued",
+            lambda: forest.append(reply, "user", T("x"), continues=True))
+    refused(forest, ContinuationError, "cannot be continued",
+            lambda: forest.append(user, "assistant", T("x"), continues=True))
+    refused(forest, ContinuationError, "cannot be continued",
+            lambda: forest.append(call, "assistant", T("x"), continues=True))
+    refused(forest, ContinuationError, "cannot be continued",
+            lambda: forest.append(reply, "assistant", [ToolUseBlock("u", "ls", {})],
+                                  continues=True))
+    assert forest.node(forest.append(reply, "assistant", T("!"), continues=True)).continues
+
+
+def test_old_changes_decode_with_the_flags_defaults() -> None:
+    old_add = b'{"op":"add_node","id":"n","parent":null,"role":"system","content":[]}'
+    old_set = b'{"op":"set_content","id":"n","content":[{"type":"text","text":"x"}]}'
+    add = msgspec.json.decode(old_add, type=Change)
+    assert isinstance(add, AddNode) and add.continues is False and add.index == -1
+    changed = msgspec.json.decode(old_set, type=Change)
+    assert isinstance(changed, SetContent) and changed.continues is None
+    state = ForestState("f")
+    state.apply([AddNode("r", None, "system", []),
+                 AddNode("u", "r", "user", T("x"), continues=False),
+                 SetContent("u", T("y"), continues=True), SetContent("u", T("z"))])
+    assert state.node("u").continues  # None leaves the flag as it was
 
 
 # --- bookmarks -----------------------------------------------------------------------------
@@ -568,7 +667,7 @@ def test_plans_do_not_touch_the_state() -> None:
     assert split == [
         AddNode(left, root_id, "user", [TextBlock("hello ")], 0),
         MoveNode(user_id, left),
-        SetContent(user_id, [TextBlock("world")]),
+        SetContent(user_id, [TextBlock("world")], continues=True),
     ]
     state.plan_edit(user_id, "hello there")
     state.plan_delete(user_id, "reparent")
@@ -590,8 +689,8 @@ def test_edit_plan_records_the_split_the_new_node_and_the_moved_bookmarks() -> N
     assert changes == [
         AddNode(left, "r", "user", [TextBlock("hello ")], 0),
         MoveNode("u", left),
-        SetContent("u", [TextBlock("world")]),
-        AddNode(result, left, "user", [TextBlock("there")]),
+        SetContent("u", [TextBlock("world")], continues=True),
+        AddNode(result, left, "user", [TextBlock("there")], continues=True),
         SetBookmark("mark", result),
     ]
     _, deleted = state.plan_delete("u")
@@ -676,7 +775,40 @@ def test_forest_reloaded_from_store_equals_original(app: TetherApplication) -> N
     assert loaded.state == original.state
     assert loaded.bookmarks == original.bookmarks
     assert texts(loaded.path(loaded.bookmarks["question"])) == ["be brief", "hello ", "there"]
+    # the continuation flags come back: the split's right part and the edit's new rest
+    assert [n.continues for n in loaded.path(loaded.bookmarks["question"])] == [
+        False, False, True]
+    answer = loaded.path(loaded.bookmarks["answer"])
+    assert [(n.text, n.continues) for n in answer[1:]] == [
+        ("hello ", False), ("world", True), ("hi ", False), ("there", True)]
     assert app.load(forest_uuid("nope"), Forest) is None
+
+
+def test_forest_events_stored_before_the_continuation_flag_still_replay(
+    app: TetherApplication,
+) -> None:
+    original = busy_forest()
+    app.save(original)
+
+    def without_flags(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: without_flags(v) for k, v in value.items() if k != "continues"}
+        if isinstance(value, list):
+            return [without_flags(v) for v in value]
+        return value
+
+    replayed: Any = None
+    for stored in app.recorder.select_events(forest_uuid("s1")):
+        old = StoredEvent(stored.originator_id, stored.originator_version, stored.topic,
+                          json.dumps(without_flags(json.loads(stored.state))).encode())
+        assert b"continues" not in old.state
+        replayed = app.mapper.to_domain_event(old).mutate(replayed)
+
+    assert isinstance(replayed, Forest)
+    assert replayed.version == original.version
+    assert replayed.state.roots == original.state.roots
+    for node_id, node in original.state.nodes.items():  # the same tree, with no flags set
+        assert replayed.state.nodes[node_id] == msgspec.structs.replace(node, continues=False)
 
 
 def test_forest_events_come_back_typed(app: TetherApplication) -> None:

@@ -85,6 +85,8 @@ def full_session(sid: str = "abc123") -> Session:
     s.start_generation(n=2, tools=False, max_tool_iterations=5, user="ana")
     s.add_alternative(content=[TextBlock("Another fix.")], stop_reason="end_turn",
                       usage=Usage(input_tokens=0, output_tokens=0), node_id="n3")
+    s.drop_alternative(rules=["no-rm"])
+    s.record_unchecked_stream(attempt=1)
     s.signal_waiting(reason="the turn failed")
     s.exhaust_budget(cost_usd=1.5, budget_usd=1.0)
     s.record_actor_failure(error="boom")
@@ -100,7 +102,8 @@ SESSION_EVENT_NAMES = {
     "WorkspaceChanged", "ModeChanged", "PlanProposed", "PlanReviewed", "WaitingForInput",
     "BudgetExhausted", "Forked", "SystemPromptSet", "ToolsLoaded",
     "ProviderRetried", "TitleSet", "HistoryCompacted", "MemoryFlushed", "CompactionFailed",
-    "MovedTo", "GenerationStarted", "AlternativeGenerated",
+    "MovedTo", "GenerationStarted", "AlternativeGenerated", "AlternativeDropped",
+    "StreamUnchecked",
 }
 
 
@@ -123,7 +126,7 @@ def test_session_reloaded_from_store_equals_original(app: TetherApplication) -> 
 
     assert loaded is not None
     assert loaded == original
-    assert loaded.version == 40
+    assert loaded.version == 42
     assert loaded.status == "completed"
     assert (loaded.turns, loaded.input_tokens, loaded.output_tokens) == (2, 320, 45)
     assert loaded.cost_usd == pytest.approx(0.0123)
@@ -156,7 +159,7 @@ def test_events_come_back_typed(app: TetherApplication) -> None:
 
     events = app.session_events("abc123")
 
-    assert [e.originator_version for e in events] == list(range(1, 41))
+    assert [e.originator_version for e in events] == list(range(1, 43))
     for e in events:
         assert isinstance(e.originator_id, uuid.UUID)
         assert e.originator_id == session_uuid("abc123")
@@ -175,7 +178,7 @@ def test_stored_state_is_json(app: TetherApplication) -> None:
 
     stored = app.recorder.select_events(session_uuid("abc123"))
 
-    assert len(stored) == 40
+    assert len(stored) == 42
     states = [(s.topic.rsplit(".", 1)[-1], json.loads(s.state)) for s in stored]
     by_topic: dict[str, Any] = {}
     for name, state in states:
@@ -299,6 +302,6 @@ def test_state_round_trip_through_msgspec_is_stable(app: TetherApplication) -> N
 
     again = app.session("s2")
     assert again is not None
-    assert again.version == 41
+    assert again.version == 43
     assert again.history[-1] == Turn("user", [TextBlock("again")])
     assert msgspec.json.encode(again.history) == msgspec.json.encode(loaded.history)
