@@ -24,7 +24,8 @@ Only the skills' names and descriptions go into the system prompt; the model cal
 ``load_skills`` meta-tool to read a skill's body when a task needs it.
 
 All file reading is in :func:`read_workspace` (and :func:`load_skills`, which reads the
-requested skill bodies); :func:`assemble_system_prompt` is pure. Reading never raises: a
+requested skill bodies), and the one write, compaction's memory flush, in
+:func:`append_memory`; :func:`assemble_system_prompt` is pure. Reading never raises: a
 missing or empty file is left out silently; an unreadable one (a folder, not UTF-8, a symlink
 leading out of the workspace, not a regular file, too large) is left out with a warning; a
 bad skill is skipped with a warning naming the folder and the reason.
@@ -37,16 +38,22 @@ of ``MEMORY.md``, so memory keeps its end (the newest facts) and leaves out the 
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import datetime as dt
 import os
 import re
 import stat
+import tempfile
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import msgspec.yaml
 
+from actors.context import memory_append
 from actors.front_matter import read_front_matter
 
 __all__ = [
@@ -63,6 +70,7 @@ __all__ = [
     "PromptCaps",
     "Skill",
     "WorkspaceTexts",
+    "append_memory",
     "assemble_system_prompt",
     "load_skills",
     "load_skills_definition",
@@ -163,6 +171,53 @@ def _read_text(path: Path, inside: Path) -> tuple[str | None, str | None]:
         return None, f"not UTF-8 text: {exc}"
     except (OSError, RuntimeError, ValueError) as exc:  # RuntimeError: a symlink loop
         return None, f"cannot read: {exc}"
+
+
+_MEMORY_LOCKS: dict[str, threading.Lock] = {}
+_MEMORY_LOCKS_GUARD = threading.Lock()
+
+
+def append_memory(workspace: str | os.PathLike[str], facts: Sequence[str],
+                  date: dt.date) -> list[str]:
+    """Append ``facts`` to the workspace's ``MEMORY.md`` under ``## <date>``
+    (:func:`actors.context.memory_append`); return the facts actually added (those not
+    already there), ``[]`` when none is new.
+
+    The file is read whole and strictly, as :func:`read_workspace` reads it: one that
+    leads out of the workspace, is not a regular file, is not UTF-8 or is too large is
+    refused with an OSError saying why, and is left as it is. The new text replaces the
+    file atomically (a temporary file renamed over it, its mode kept), one writer per
+    file at a time, so a crash or a second session flushing at once loses nothing."""
+    root = Path(workspace)
+    path = root / MEMORY_FILE
+    with _MEMORY_LOCKS_GUARD:
+        lock = _MEMORY_LOCKS.setdefault(os.path.realpath(path), threading.Lock())
+    with lock:
+        existing, reason = _read_text(path, root)
+        if reason is not None:
+            raise OSError(f"{MEMORY_FILE}: {reason}")
+        before = existing or ""
+        text = memory_append(before, facts, date)
+        if text == before:
+            return []
+        present = {line.strip() for line in before.splitlines()}
+        added = [line[2:] for line in text.splitlines()
+                 if line.startswith("- ") and line.strip() not in present]
+        target = path.resolve() if existing is not None else path
+        mode = stat.S_IMODE(target.stat().st_mode) if existing is not None else 0o644
+        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=".MEMORY.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(temporary, mode)
+            os.replace(temporary, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+        return added
 
 
 class _SkillFront(msgspec.Struct):

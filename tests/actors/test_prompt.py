@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import threading
 from pathlib import Path
@@ -15,6 +16,7 @@ from actors.prompt import (
     PromptCaps,
     Skill,
     WorkspaceTexts,
+    append_memory,
     assemble_system_prompt,
     load_skills,
     load_skills_definition,
@@ -458,3 +460,81 @@ def test_load_skills_without_names_or_skills() -> None:
     assert load_skills(WorkspaceTexts(), ["x"], "/nonexistent") == (
         "Not found: 'x'. Available skills: none."
     )
+
+
+# --- append_memory: compaction's one write into the workspace ------------------------------
+
+DAY = dt.date(2026, 11, 25)
+
+
+def test_append_memory_creates_the_file_and_returns_what_it_added(tmp_path: Path) -> None:
+    added = append_memory(tmp_path, ["Uses pytest", "Prefers tabs", "Uses pytest"], DAY)
+    assert added == ["Uses pytest", "Prefers tabs"]
+    assert (tmp_path / "MEMORY.md").read_text() == (
+        "## 2026-11-25\n\n- Uses pytest\n- Prefers tabs\n")
+
+
+def test_append_memory_adds_only_new_facts_and_nothing_when_none_is_new(
+        tmp_path: Path) -> None:
+    memory = tmp_path / "MEMORY.md"
+    memory.write_text("# Memory\n\n## 2026-11-01\n\n- Uses pytest\n")
+    assert append_memory(tmp_path, ["Uses pytest"], DAY) == []
+    assert memory.read_text() == "# Memory\n\n## 2026-11-01\n\n- Uses pytest\n"
+    assert append_memory(tmp_path, ["Uses pytest", "Deploys on Fridays"], DAY) == [
+        "Deploys on Fridays"]
+    assert memory.read_text().endswith("- Uses pytest\n\n## 2026-11-25\n\n"
+                                       "- Deploys on Fridays\n")
+
+
+def test_append_memory_keeps_a_large_file_whole(tmp_path: Path) -> None:
+    memory = tmp_path / "MEMORY.md"
+    old = "".join(f"- fact number {i}\n" for i in range(30_000))  # about 500,000 chars
+    memory.write_text(old)
+    append_memory(tmp_path, ["the newest fact"], DAY)
+    text = memory.read_text()
+    assert text.startswith(old) and text.endswith("- the newest fact\n")
+
+
+def test_append_memory_refuses_a_link_out_of_the_workspace(tmp_path: Path) -> None:
+    workspace, outside = tmp_path / "ws", tmp_path / "elsewhere.md"
+    workspace.mkdir()
+    outside.write_text("not the agent's\n")
+    (workspace / "MEMORY.md").symlink_to(outside)
+    with pytest.raises(OSError, match="leads out of"):
+        append_memory(workspace, ["injected"], DAY)
+    assert outside.read_text() == "not the agent's\n"
+
+
+def test_append_memory_refuses_a_file_that_is_not_utf8_and_leaves_it(tmp_path: Path) -> None:
+    memory = tmp_path / "MEMORY.md"
+    memory.write_bytes(b"- caf\xe9\n")
+    with pytest.raises(OSError, match="not UTF-8"):
+        append_memory(tmp_path, ["a fact"], DAY)
+    assert memory.read_bytes() == b"- caf\xe9\n"
+
+
+def test_append_memory_keeps_the_mode_and_leaves_no_temporary_file(tmp_path: Path) -> None:
+    memory = tmp_path / "MEMORY.md"
+    memory.write_text("- old\n")
+    memory.chmod(0o600)
+    append_memory(tmp_path, ["new"], DAY)
+    assert oct(memory.stat().st_mode & 0o777) == "0o600"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["MEMORY.md"]
+
+
+def test_append_memory_from_two_threads_at_once_loses_nothing(tmp_path: Path) -> None:
+    barrier = threading.Barrier(8)
+
+    def flush(n: int) -> None:
+        barrier.wait()
+        for k in range(20):
+            append_memory(tmp_path, [f"fact {n}-{k}"], DAY)
+
+    threads = [threading.Thread(target=flush, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lines = (tmp_path / "MEMORY.md").read_text().splitlines()
+    assert sorted(line for line in lines if line.startswith("- ")) == sorted(
+        f"- fact {n}-{k}" for n in range(8) for k in range(20))
