@@ -33,8 +33,10 @@ from events.forest import ForestError
 from events.inbox import RefusedMessage
 from events.messages import (
     Accepted,
+    BookmarkNode,
     BranchTo,
     ChannelMessage,
+    DeleteNode,
     EditNode,
     ErrorReply,
     ForkSession,
@@ -44,6 +46,9 @@ from events.messages import (
     ListSessions,
     SessionList,
     SessionSummary,
+    SplitNode,
+    TextBlock,
+    TreeCommand,
     TreeQuery,
     UserMessage,
 )
@@ -130,7 +135,8 @@ class SessionManagerActor(TetherActor):
             self._on_kill(message, envelope)
         elif isinstance(message, ForkSession):
             self._on_fork(message, envelope)
-        elif isinstance(message, (TreeQuery, BranchTo, EditNode, Generate)):
+        elif isinstance(message, (TreeQuery, BranchTo, EditNode, Generate, SplitNode,
+                                  DeleteNode, BookmarkNode)):
             self._forward(message, envelope)
         elif isinstance(message, AskResult):
             self._on_killed(message)
@@ -189,7 +195,7 @@ class SessionManagerActor(TetherActor):
         # The session answers the original requester (Accepted) once the message is stored.
         self.send(self.subjects.session(sid), forwarded, reply=envelope.reply if envelope else "")
 
-    def _forward(self, message: TreeQuery | BranchTo | EditNode | Generate,
+    def _forward(self, message: TreeQuery | BranchTo | EditNode | Generate | TreeCommand,
                  envelope: Envelope | None) -> None:
         """A request for one session (its tree, a branch, an edit, a generation), to its
         actor, started first when it is not live; the session answers the requester.
@@ -262,21 +268,26 @@ class SessionManagerActor(TetherActor):
         name = name_from_prompt(f"{source.name} fork", names)
         names.add(name)
         history = source.history
+        fired = source.fired_rules
         if message.at_node:
             found = self._node_path(source_id, message.at_node)
             if isinstance(found, str):
                 self._error(message.channel, envelope, "tree", found)
                 return
             history = found
-        elif source.pending_tool_calls():  # forked mid-turn: drop the unanswered request
-            last = max(i for i, t in enumerate(history) if t.role == "assistant")
-            history = history[:last]
-        self._copy_rule_log(source_id, sid, before_turn=source.completed_turns)
+            fired = self._rules_on_path(source_id, history)
+            self._copy_rule_log(source_id, sid, before_turn=source.completed_turns,
+                                only=set(fired))
+        else:
+            if source.pending_tool_calls():  # forked mid-turn: drop the unanswered request
+                last = max(i for i, t in enumerate(history) if t.role == "assistant")
+                history = history[:last]
+            self._copy_rule_log(source_id, sid, before_turn=source.completed_turns)
         self.live[sid] = self.spawn(sid, NewSession(
             name=name, workspace=source.workspace, channel=message.channel,
             budget_usd=self.limits.budget_usd,
             fork=ForkOf(source_id=source_id, at_version=source.version,
-                        history=history, fired_rules=source.fired_rules)))
+                        history=history, fired_rules=fired)))
         self.reply(envelope, Accepted(session_id=sid))
 
     def _node_path(self, session_id: str, wanted: str) -> list[Turn] | str:
@@ -290,11 +301,25 @@ class SessionManagerActor(TetherActor):
         except (LookupError, ForestError) as exc:
             return str(exc)
 
-    def _copy_rule_log(self, source_id: str, target_id: str, before_turn: int) -> None:
-        """The fork keeps the injections of the turns it copied, so ``once`` and
-        ``after-gap`` rules count them."""
+    def _rules_on_path(self, source_id: str, history: list[Turn]) -> list[str]:
+        """The rules whose reminders are in ``history`` (a path of the source's tree):
+        the ones that fired before the point a fork at a node starts from."""
+        on_path = {b.text for t in history if t.role == "user" for b in t.content
+                   if isinstance(b, TextBlock)}
+        fired: list[str] = []
+        for event in self.app.session_events(source_id):
+            if type(event).__name__ in ("TtsrInterrupted", "TtsrReminderAdded") and (
+                    event.reminder in on_path):
+                fired.extend(r for r in event.rules if r not in fired)
+        return fired
+
+    def _copy_rule_log(self, source_id: str, target_id: str, before_turn: int,
+                       only: set[str] | None = None) -> None:
+        """The fork keeps the injections of the turns it copied (``only``: of these rules
+        alone), so ``once`` and ``after-gap`` rules count them."""
         source = self.app.rule_log(source_id)
-        copied = [(n, t) for n, t in (source.injections if source else []) if t < before_turn]
+        copied = [(n, t) for n, t in (source.injections if source else [])
+                  if t < before_turn and (only is None or n in only)]
         if not copied:
             return
         log = RuleLog(session_id=target_id)

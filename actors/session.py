@@ -41,7 +41,6 @@ from actors.context import (
     build_request,
     context_window,
     estimate_history_tokens,
-    memory_append,
     memory_request,
     parse_facts,
     plan_compaction,
@@ -49,7 +48,13 @@ from actors.context import (
     summary_request,
     summary_text,
 )
-from actors.conversation import TreeMirror, history_at, resolve_node, tree_nodes
+from actors.conversation import (
+    TreeMirror,
+    complete_messages,
+    history_at,
+    resolve_node,
+    tree_nodes,
+)
 from actors.engine_tools import (
     ASK_USER_QUESTION,
     ENGINE_TOOLS,
@@ -83,6 +88,7 @@ from actors.pricing import cost_usd
 from actors.prompt import (
     MEMORY_FILE,
     WorkspaceTexts,
+    append_memory,
     assemble_system_prompt,
     load_skills,
     load_skills_definition,
@@ -95,17 +101,20 @@ from actors.titles import clean_title, title_request, wants_title
 from events.application import TetherApplication
 from events.forest import Forest, ForestError
 from events.messages import (
+    TREE_PAGE_MAX,
     Accepted,
     ApprovalRequest,
     AssistantNode,
     BarrierCheck,
     BarrierResult,
+    BookmarkNode,
     Branched,
     BranchTo,
     CancelInteractions,
     ChannelMessage,
     ChatText,
     ContentBlock,
+    DeleteNode,
     EditNode,
     ErrorKind,
     ErrorReply,
@@ -126,12 +135,14 @@ from events.messages import (
     ProviderResponse,
     QuestionRequest,
     Reminder,
+    SplitNode,
     StreamDelta,
     TextBlock,
     ToolProposal,
     ToolResultBlock,
     ToolResultNode,
     ToolUseBlock,
+    TreeChanged,
     TreeQuery,
     TreeView,
     Usage,
@@ -364,10 +375,14 @@ class SessionActor(TetherActor):
         self.request: ModelRequest | None = None
         self.gen_seq = 0
         self.gen_turn = 0
-        """The turn the generation events belong to (turns completed before it)."""
+        """The turn the generation events belong to (turns ended before it, failed ones
+        too, so two turns never share a number)."""
         self.turn_nodes: list[str] = []
         self.generation_subject = self.subjects.generation(session_id)
         self.compaction: CompactionPlan | None = None
+        self.compaction_off = False
+        """No more compaction this turn: one failed, or one had to summarize the whole
+        history (the turn alone fills the budget, so compacting again would only repeat)."""
         self.workspace_texts = WorkspaceTexts()
         self.stream_subject = self.subjects.stream(session_id)
 
@@ -402,7 +417,7 @@ class SessionActor(TetherActor):
         self.forest = self.app.forest(self.session_id) or Forest(session_id=self.session_id)
         self.mirror = TreeMirror(self.forest)
         self.gen = None
-        self.gen_turn, self.gen_seq = session.completed_turns, 0
+        self.gen_turn, self.gen_seq = session.turns, 0
         self.phase = "idle"
         self.tool_queue.clear()
         self.last_input = self.last_activity = self.clock.now()
@@ -453,11 +468,11 @@ class SessionActor(TetherActor):
         elif isinstance(message, CompactionDone):
             self._on_compacted(message)
         elif isinstance(message, TreeQuery):
-            self._sync_tree(publish=False)
-            self.reply(envelope, TreeView(session_id=self.session_id, cursor=self.mirror.cursor,
-                                          nodes=tree_nodes(self.forest.state)))
+            self.reply(envelope, self._tree_page(message))
         elif isinstance(message, (BranchTo, EditNode)):
             self.reply(envelope, self._move(message))
+        elif isinstance(message, (SplitNode, DeleteNode, BookmarkNode)):
+            self.reply(envelope, self._change_tree(message))
         elif isinstance(message, Generate):
             self._on_generate(message, envelope)
         elif isinstance(message, KillSession):
@@ -630,8 +645,9 @@ class SessionActor(TetherActor):
         self.unchecked_retries = 0
         self.reminders = []
         self.gen_seq = 0
-        self.gen_turn = self.session.completed_turns
+        self.gen_turn = self.session.turns
         self.turn_nodes = []
+        self.compaction_off = False
         self.alternative = False
         self.completions_left = self.gen.n - 1 if self.gen is not None else 0
         self._next_call()
@@ -640,8 +656,9 @@ class SessionActor(TetherActor):
         """The turn's next model call; when the history fills 70% of the context budget it
         is compacted first (two model calls in the background, then this call)."""
         request = self._build_request()
-        plan = plan_compaction(self.session.history, system=request.system,
-                               window=self._window(), sent_tokens=request.history_tokens)
+        plan = None if self.compaction_off else plan_compaction(
+            self.session.history, system=request.system, window=self._window(),
+            sent_tokens=request.history_tokens)
         if plan is None:
             self._call_model(request)
             return
@@ -669,7 +686,9 @@ class SessionActor(TetherActor):
         if error:
             log.warning("session %s: compaction failed: %s", self.session_id, error)
             self.session.fail_compaction(error=error, cost_usd=cost)
+            self.compaction_off = True
         else:
+            self.compaction_off = plan.replaced >= len(self.session.history)
             self._flush_memory(parse_facts(self.redactor.text(done.memory)))
             text = summary_text(summary)
             after = estimate_history_tokens(summarize_stale_results(
@@ -681,25 +700,20 @@ class SessionActor(TetherActor):
         self._call_model()
 
     def _flush_memory(self, facts: list[str]) -> None:
-        """Append ``facts`` to the workspace's MEMORY.md under today's heading (recorded);
-        nothing when there are none or all are there already."""
+        """Append ``facts`` to the workspace's MEMORY.md under today's heading and record
+        the ones added; nothing when none is new. A file that cannot be used safely (see
+        :func:`append_memory`) is left alone with a warning."""
         if not facts:
             return
-        path = os.path.join(self.session.workspace, MEMORY_FILE)
         today = self.clock.now().date()
         try:
-            existing = _read_text(path) if os.path.exists(path) else ""
-            if existing is None:
-                raise OSError(f"cannot read {path}")
-            text = memory_append(existing, facts, today)
-            if text == existing:
-                return
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
+            added = append_memory(self.session.workspace, facts, today)
         except OSError as exc:
             log.warning("session %s: memory not flushed: %s", self.session_id, exc)
             return
-        self.session.flush_memory(path=path, facts=facts, heading=f"## {today.isoformat()}")
+        if added:
+            self.session.flush_memory(path=os.path.join(self.session.workspace, MEMORY_FILE),
+                                      facts=added, heading=f"## {today.isoformat()}")
 
     def _window(self) -> int:
         return context_window(self.config.model, self.config.context_window)
@@ -714,14 +728,24 @@ class SessionActor(TetherActor):
         """The next call's request from the history (mirrored into the tree first)."""
         self._sync_tree()
         self.alt_parent = self.mirror.cursor
-        return build_request(
-            self.session.history,
+        history = self.session.history
+        tools = self._tool_definitions()
+        no_tools = self.gen is not None and not self.gen.tools
+        if no_tools and not _holds_tool_blocks(history):
+            tools = []
+        request = build_request(
+            history,
             model=self.config.model,
-            tools=self._tool_definitions(),
+            tools=tools,
             max_tokens=self.config.max_tokens,
             system=self._system_text(),
             window=self.config.context_window,
         )
+        if no_tools and tools:
+            # The API refuses tool blocks in a request that defines no tools: they are
+            # defined, and the model is told to use none.
+            request.tool_choice = {"type": "none"}
+        return request
 
     def _call_model(self, request: ModelRequest | None = None) -> None:
         """Stream one model call: ``request``, else another completion of the last one,
@@ -742,7 +766,8 @@ class SessionActor(TetherActor):
         self.request = request
         self._emit(ProviderRequest, model=request.model, messages=len(request.messages),
                    input_tokens=request.input_tokens, max_tokens=request.max_tokens,
-                   tools=[t["name"] for t in request.tools])
+                   tools=[t["name"] for t in request.tools],
+                   tool_choice=(request.tool_choice or {}).get("type", "auto"))
         generation, ref, provider = self.generation, self.actor_ref, self.provider
         self.task = self.bus.spawn(lambda: pump_model(provider, request, generation, ref))
 
@@ -753,9 +778,12 @@ class SessionActor(TetherActor):
         return self.session.system_prompt or self.config.system_prompt
 
     def _sync_tree(self, publish: bool = True) -> None:
-        """Mirror the history's complete messages into the tree (saved); with
-        ``publish``, say which assistant messages and tool results it placed."""
-        placed = self.mirror.sync(self._root_prompt(), self.session.history)
+        """Mirror the history's complete messages into the tree (saved; a message of tool
+        results waits until it holds every result); with ``publish``, say which assistant
+        messages and tool results it placed."""
+        history = self.session.history
+        placed = self.mirror.sync(self._root_prompt(), history,
+                                  complete=complete_messages(history))
         self._save_tree()
         if not publish:
             return
@@ -770,6 +798,24 @@ class SessionActor(TetherActor):
                 if isinstance(block, ToolResultBlock):
                     self._emit(ToolResultNode, node_id=node, call_id=block.tool_use_id,
                                is_error=block.is_error, content=block.content)
+
+    def _tree_page(self, query: TreeQuery) -> TreeView:
+        """A page of the tree as it stands (complete messages mirrored first)."""
+        self._sync_tree(publish=False)
+        nodes = tree_nodes(self.forest.state)
+        start = max(0, query.offset)
+        end = start + max(1, min(query.limit, TREE_PAGE_MAX))
+        return TreeView(session_id=self.session_id, cursor=self.mirror.cursor,
+                        nodes=nodes[start:end], offset=start, total=len(nodes),
+                        version=self.forest.version)
+
+    def _stand_at(self, node_id: str, history: list[Turn], reason: str) -> None:
+        """Record that the session stands at ``node_id`` with ``history`` (the path to
+        it), and put the tree's cursor on exactly that node."""
+        self.session.move_to(node_id=node_id, history=history, reason=reason)
+        self.app.save(self.session)
+        self.mirror.stand_at(node_id, self._root_prompt(), self.session.history)
+        self._save_tree()
 
     def _save_tree(self) -> None:
         if self.forest.pending_events:
@@ -800,12 +846,61 @@ class SessionActor(TetherActor):
             return ErrorReply(error="tree", reason=str(exc))
         self._save_tree()
         verb = "edited" if isinstance(message, EditNode) else "branched"
-        self.session.move_to(node_id=node_id, history=history,
-                             reason=f"{verb} by {message.user}")
-        self.app.save(self.session)
-        self._sync_tree(publish=False)
+        self._stand_at(node_id, history, f"{verb} by {message.user}")
         return Branched(session_id=self.session_id, node_id=node_id,
                         messages=len(self.session.history))
+
+    def _change_tree(self, message: SplitNode | DeleteNode | BookmarkNode
+                     ) -> TreeChanged | ErrorReply:
+        """Split, delete or bookmark a node of the tree, only between turns. A delete
+        never touches the session's path (move the session first); a split on it
+        re-reads the history from the tree (recorded as MovedTo, the same messages in
+        more nodes), so the history and the tree keep agreeing."""
+        if self.phase != "idle" or self.session.queued:
+            return ErrorReply(error="busy", reason="a turn is running; try again when it "
+                              "is done (or /stop it)")
+        self._refresh()
+        self._sync_tree(publish=False)
+        state = self.forest.state
+        cursor = self.mirror.cursor
+        on_path = {node.id for node in state.path(cursor)} if cursor else set()
+        resplit = False
+        try:
+            if isinstance(message, BookmarkNode):
+                if message.remove:
+                    node_id = state.bookmarks.get(message.name, "")
+                    self.forest.remove_bookmark(message.name)
+                    detail = f"bookmark {message.name!r} removed"
+                else:
+                    node_id = resolve_node(state, message.node_id)
+                    self.forest.bookmark(message.name, node_id)
+                    detail = f"bookmark {message.name!r} names {node_id[:8]}"
+            elif isinstance(message, DeleteNode):
+                node_id = resolve_node(state, message.node_id)
+                if node_id in on_path:
+                    raise LookupError(
+                        f"session {self.session.name} stands at {node_id[:8]} or below it; "
+                        "move it elsewhere first (tether branch), then delete")
+                gone = 1 + (len(state.descendants(node_id)) if message.mode == "cascade"
+                            else 0)
+                self.forest.delete(node_id, message.mode)
+                detail = (f"deleted {node_id[:8]}" + (
+                    f" and the {gone - 1} node{'s' if gone != 2 else ''} under it"
+                    if gone > 1 else "") + (
+                    "; its children took its place" if message.mode == "reparent" else ""))
+            else:
+                split = resolve_node(state, message.node_id)
+                node_id = self.forest.split(split, message.position)
+                resplit = split in on_path
+                detail = (f"split {split[:8]}: {node_id[:8]} holds its first "
+                          f"{message.position} characters, {split[:8]} the rest")
+        except (LookupError, ForestError) as exc:
+            return ErrorReply(error="tree", reason=str(exc))
+        self._save_tree()
+        if resplit:
+            self._stand_at(cursor, history_at(self.forest.state, cursor),
+                           f"a message on its path split by {message.user}")
+        return TreeChanged(session_id=self.session_id, node_id=node_id, detail=detail)
 
     def _on_generate(self, message: Generate, envelope: Envelope | None) -> None:
         """Answer the history as it stands, with no new user message (refused with a
@@ -856,10 +951,7 @@ class SessionActor(TetherActor):
 
     def _tool_definitions(self) -> list[dict[str, Any]]:
         """What the model may call now: the loaded groups (all, without lazy loading),
-        the engine's own tools, and the meta-tools for what is not loaded yet; nothing
-        in a generation asked for without tools."""
-        if self.gen is not None and not self.gen.tools:
-            return []
+        the engine's own tools, and the meta-tools for what is not loaded yet."""
         groups = self._lazy()
         loaded = self.session.loaded_groups
         tools = self.tools.definitions(loaded if groups else None)
@@ -966,6 +1058,8 @@ class SessionActor(TetherActor):
             return
         log.warning("session %s: the rule monitor missed part of the stream; asking again",
                     self.session_id)
+        self.session.record_unchecked_stream(attempt=self.unchecked_retries)
+        self.app.save(self.session)
         self._call_model()
 
     def _interrupt(
@@ -977,6 +1071,8 @@ class SessionActor(TetherActor):
             # history, which holds the first completion, stays as it is.
             log.info("session %s: a completion was dropped: rules %s", self.session_id,
                      ", ".join(rules))
+            self.session.drop_alternative(rules=rules)
+            self.app.save(self.session)
             self.phase, self.done = "tools", None
             self._next_tool()
             return
@@ -1047,7 +1143,18 @@ class SessionActor(TetherActor):
         said = "".join(b.text for b in done.content if isinstance(b, TextBlock)).strip()
         if said:
             self.plan.streamed = self.redactor.text(said)
-        self.tool_queue = deque(b for b in done.content if isinstance(b, ToolUseBlock))
+        calls = [b for b in done.content if isinstance(b, ToolUseBlock)]
+        gen = self.gen
+        if calls and gen is not None and self.rounds > gen.max_tool_iterations:
+            # Checked before any call runs: the calls of the message that goes over the
+            # limit are refused, never run with their results thrown away.
+            self._refuse_pending("not run: the generation reached its tool-iteration limit")
+            self._record_failure(
+                f"the generation fed tool results back {gen.max_tool_iterations} times, "
+                "its limit (max_tool_iterations); it stopped before running more tools",
+                kind="tool_iteration_limit")
+            return
+        self.tool_queue = deque(calls)
         self.phase = "tools"
         self._next_tool()
 
@@ -1062,7 +1169,6 @@ class SessionActor(TetherActor):
     def _next_tool(self) -> None:
         if not self.tool_queue:
             self._sync_tree()  # the message of results is complete: into the tree
-            gen = self.gen
             if not self.session.pending_tool_calls() and self._last_stop() != "tool_use":
                 if self.session.mode == "plan" and self.plan.touched and not self.plan.exited:
                     # A plan file was written but ExitPlanMode never called: review anyway.
@@ -1074,12 +1180,6 @@ class SessionActor(TetherActor):
                     self._call_model()
                     return
                 self._complete_turn("end_turn")
-            elif gen is not None and self.rounds > gen.max_tool_iterations:
-                self._refuse_pending("not run: the generation reached its tool-iteration limit")
-                self._record_failure(
-                    f"the generation fed tool results back {gen.max_tool_iterations} times, "
-                    "its limit (max_tool_iterations); it stopped before calling the model "
-                    "again", kind="tool_iteration_limit")
             elif self.rounds >= self.config.round_limit:
                 self._complete_turn("round_limit")
             else:
@@ -1401,6 +1501,7 @@ class SessionActor(TetherActor):
         )
         self._turn_ended("the turn is done", "completed")
         self.app.save(self.session)
+        self._maybe_title()
         self._sync_tree()
         self._emit(GenerationDone, nodes=list(self.turn_nodes), stop=stop)
         self.gen = None
@@ -1423,6 +1524,7 @@ class SessionActor(TetherActor):
         else:
             self._turn_ended(f"the turn failed: {error}", "failed")
         self.app.save(self.session)
+        self._maybe_title()
         self._sync_tree()
         self._emit(GenerationError, kind=kind, message=error)
         self.gen = None
@@ -1448,7 +1550,7 @@ class SessionActor(TetherActor):
 
     def _on_title(self, done: TitleDone) -> None:
         self.titling = False
-        title = clean_title(done.text)
+        title = clean_title(self.redactor.text(done.text))
         if done.error or not title:
             log.info("session %s: no title (%s)", self.session_id, done.error or "empty")
             return
@@ -1463,7 +1565,6 @@ class SessionActor(TetherActor):
         is finished (unsaved)."""
         self.last_input = self.clock.now()
         self.safety_fired = False
-        self._maybe_title()
         if self.session.multi_turn:
             self.session.signal_waiting(reason=why)
         else:
@@ -1508,8 +1609,8 @@ class SessionActor(TetherActor):
             if (limit and self.session.status == "running" and self.session.multi_turn
                     and not self.session.queued and idle_for >= limit):
                 self._kill(f"idle for {limit / 60:g} minutes")
-        elif self.config.safety_net and not self.safety_fired and (
-                quiet_for >= self.config.safety_net):
+        elif self.phase != "compacting" and self.config.safety_net and not (
+                self.safety_fired) and quiet_for >= self.config.safety_net:
             self.safety_fired = True
             self.session.signal_waiting(
                 reason=f"nothing has happened for {self.config.safety_net:g} s")
@@ -1581,6 +1682,10 @@ class _PlanTracker:
             if self.candidate:
                 self.written = self.candidate
         self.candidate = None
+
+
+def _holds_tool_blocks(history: list[Turn]) -> bool:
+    return any(isinstance(b, ToolUseBlock | ToolResultBlock) for t in history for b in t.content)
 
 
 def _read_text(path: str) -> str | None:

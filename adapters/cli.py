@@ -231,12 +231,26 @@ def cmd_kill(args: argparse.Namespace) -> int:
 
 
 def cmd_fork(args: argparse.Namespace) -> int:
+    from actors.runtime import RemoteError
     from events.messages import Accepted, ForkSession
 
     at = args.at or ""
-    request = (ForkSession(session_id=args.session, at_version=int(at)) if at.isdigit()
-               else ForkSession(session_id=args.session, at_node=at))
-    forked = _ask_engine(args, request, Accepted)
+    if args.at_node:
+        request = ForkSession(session_id=args.session, at_node=args.at_node)
+    elif at.isdigit():
+        request = ForkSession(session_id=args.session, at_version=int(at))
+    else:
+        request = ForkSession(session_id=args.session, at_node=at)
+    try:
+        forked = _ask_engine(args, request, Accepted)
+    except RemoteError as exc:
+        # Node ids are hex, so an all-digit --at may be a node's prefix: with no such
+        # event, it is tried as a node.
+        if not (request.at_version and len(at) >= 4
+                and exc.reply.error == "unknown_session"):
+            raise
+        forked = _ask_engine(args, ForkSession(session_id=args.session, at_node=at),
+                             Accepted)
     print(f"forked {args.session} into {forked.session_id}; continue with: tether chat "
           f"--remote --session {forked.session_id}")
     return 0
@@ -244,9 +258,8 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
 def cmd_tree(args: argparse.Namespace) -> int:
     from actors.conversation import render_tree
-    from events.messages import TreeQuery, TreeView
 
-    view = _ask_engine(args, TreeQuery(session_id=args.session), TreeView)
+    view = _whole_tree(args, args.session)
     if args.json:
         print(msgspec.json.encode(view).decode())
         return 0
@@ -260,6 +273,28 @@ def cmd_tree(args: argparse.Namespace) -> int:
     return 0
 
 
+def _whole_tree(args: argparse.Namespace, session: str, page_size: int = 0) -> Any:
+    """The session's whole tree as one TreeView, asked for page by page (a long session's
+    tree is larger than one bus message may be; ``page_size``: nodes a page, at most and
+    by default :data:`~events.messages.TREE_PAGE_MAX`); started again when the tree
+    changes while it is read."""
+    from events.messages import TREE_PAGE_MAX, TreeQuery, TreeView
+
+    size = min(page_size or TREE_PAGE_MAX, TREE_PAGE_MAX)
+    for _ in range(5):
+        first = _ask_engine(args, TreeQuery(session_id=session, limit=size), TreeView)
+        nodes = list(first.nodes)
+        while len(nodes) < first.total:
+            page = _ask_engine(args, TreeQuery(session_id=first.session_id, offset=len(nodes),
+                                               limit=size), TreeView)
+            if page.version != first.version or not page.nodes:
+                break
+            nodes.extend(page.nodes)
+        if len(nodes) >= first.total:
+            return msgspec.structs.replace(first, nodes=nodes)
+    raise SystemExit("tether: the tree kept changing while it was read; try again")
+
+
 def cmd_branch(args: argparse.Namespace) -> int:
     from events.messages import BranchTo
 
@@ -271,6 +306,40 @@ def cmd_edit(args: argparse.Namespace) -> int:
 
     text = sys.stdin.read() if args.text == "-" else args.text
     return _move(args, EditNode(session_id=args.session, node_id=args.node, text=text))
+
+
+def cmd_split(args: argparse.Namespace) -> int:
+    from events.messages import SplitNode
+
+    return _change_tree(args, SplitNode(session_id=args.session, node_id=args.node,
+                                        position=args.position))
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    from events.messages import DeleteNode
+
+    return _change_tree(args, DeleteNode(session_id=args.session, node_id=args.node,
+                                         mode="reparent" if args.reparent else "cascade"))
+
+
+def cmd_bookmark(args: argparse.Namespace) -> int:
+    from events.messages import BookmarkNode
+
+    if not args.remove and not args.node:
+        print("tether bookmark: give the NODE the bookmark names, or --remove",
+              file=sys.stderr)
+        return EXIT_USAGE
+    return _change_tree(args, BookmarkNode(session_id=args.session, name=args.name,
+                                           node_id=args.node or "", remove=args.remove))
+
+
+def _change_tree(args: argparse.Namespace, request: Any) -> int:
+    from events.messages import TreeChanged
+
+    changed = _ask_engine(args, request, TreeChanged)
+    print(f"session {changed.session_id}: {changed.detail} (see tether tree "
+          f"{changed.session_id})")
+    return 0
 
 
 def _move(args: argparse.Namespace, request: Any) -> int:
@@ -660,10 +729,14 @@ def build_parser() -> argparse.ArgumentParser:
     fork = add("fork", "start a new session from another's history, up to an event, on the "
                "running engine", cmd_fork)
     fork.add_argument("session", help="session id or name")
-    fork.add_argument("--at", metavar="EVENT|NODE",
-                      help="an event number: the last event to copy (see tether events); or a "
-                           "node of the session's tree (id prefix or bookmark; see tether "
-                           "tree): the fork continues from that message (default: the latest)")
+    at = fork.add_mutually_exclusive_group()
+    at.add_argument("--at", metavar="EVENT|NODE",
+                    help="an event number: the last event to copy (see tether events); or a "
+                         "node of the session's tree (id prefix or bookmark; see tether "
+                         "tree): the fork continues from that message (default: the latest). "
+                         "Digits name an event; with no such event, a node")
+    at.add_argument("--at-node", metavar="NODE", default="",
+                    help="a node of the session's tree, even when its id prefix is all digits")
     tree = add("tree", "print a session's conversation tree, where it stands marked, from "
                "the running engine", cmd_tree)
     tree.add_argument("session", help="session id or name")
@@ -678,6 +751,26 @@ def build_parser() -> argparse.ArgumentParser:
     edit.add_argument("session", help="session id or name")
     edit.add_argument("node", help="node id (prefix) or bookmark of the message to edit")
     edit.add_argument("text", help="the new text ('-' reads it from standard input)")
+    split = add("split", "split a text message of a session's tree in two at a character "
+                "position (the first part becomes the parent of the rest); the model is sent "
+                "the same text", cmd_split)
+    split.add_argument("session", help="session id or name")
+    split.add_argument("node", help="node id (prefix) or bookmark of the message to split")
+    split.add_argument("position", type=int,
+                       help="characters in the first part (1 to the text's length - 1)")
+    delete = add("delete", "delete a node of a session's tree with everything under it (or "
+                 "only the node, with --reparent); never where the session stands or its path",
+                 cmd_delete)
+    delete.add_argument("session", help="session id or name")
+    delete.add_argument("node", help="node id (prefix) or bookmark")
+    delete.add_argument("--reparent", action="store_true",
+                        help="keep the node's children: they take its place")
+    bookmark = add("bookmark", "name a node of a session's tree (the name works wherever a "
+                   "node is asked for), move the name, or remove it", cmd_bookmark)
+    bookmark.add_argument("session", help="session id or name")
+    bookmark.add_argument("name", help="the bookmark's name")
+    bookmark.add_argument("node", nargs="?", help="node id (prefix) or bookmark it names")
+    bookmark.add_argument("--remove", action="store_true", help="remove the bookmark")
     generate = add("generate", "answer a session's history as it stands, with no new "
                    "message (after tether branch or edit); several completions become "
                    "branches", cmd_generate)

@@ -266,8 +266,8 @@ class StreamDelta(Message):
 
 
 class GenerationEvent(Message):
-    """Common fields: the session, the turn it belongs to (turns completed before it,
-    counted from 0) and the event's number in that turn (from 1)."""
+    """Common fields: the session, the turn it belongs to (turns ended before it, failed
+    ones too, counted from 0) and the event's number in that turn (from 1)."""
 
     session_id: Token
     turn: int
@@ -284,6 +284,9 @@ class ProviderRequest(GenerationEvent):
     max_tokens: int
     """After clamping (at least 1)."""
     tools: list[str]
+    tool_choice: str = "auto"
+    """``none``: the tools are defined (the history holds tool blocks) but not to be used,
+    as in a generation asked for without tools."""
 
 
 class ProviderResponse(GenerationEvent):
@@ -340,10 +343,17 @@ AnyGenerationEvent = (
 # --- the conversation tree (requests to a session on its subject) -----------------------
 
 
+TREE_PAGE_MAX = 1000
+"""Nodes one TreeView carries at most, so a reply stays well under NATS's 1 MiB limit."""
+
+
 class TreeQuery(Message):
-    """Ask a session for its conversation tree (answered with TreeView)."""
+    """Ask a session for its conversation tree (answered with TreeView): ``limit`` nodes
+    (at most :data:`TREE_PAGE_MAX`) from node ``offset`` of the depth-first order."""
 
     session_id: Token
+    offset: int = 0
+    limit: int = 500
 
 
 class TreeNode(msgspec.Struct, kw_only=True):
@@ -360,11 +370,16 @@ class TreeNode(msgspec.Struct, kw_only=True):
 
 
 class TreeView(Message):
-    """A session's tree, depth first, and the node its history ends at (its cursor)."""
+    """A page of a session's tree, depth first, and the node its history ends at (its
+    cursor). ``total`` nodes in all; ``version``, the tree's, changes whenever the tree
+    does, so a reader paging through can tell that it should start again."""
 
     session_id: str
     cursor: str
     nodes: list[TreeNode]
+    offset: int = 0
+    total: int = 0
+    version: int = 0
 
 
 class BranchTo(Message):
@@ -405,6 +420,49 @@ class Branched(Message):
     session_id: str
     node_id: str
     messages: int
+
+
+class SplitNode(Message):
+    """Split a text node of the session's tree at ``position`` of its text (1 <= position
+    < its length): a new node holding the left part takes its place, and the node keeps
+    the rest. Answered with TreeChanged (the left part's node) or ErrorReply."""
+
+    session_id: Token
+    node_id: Text
+    position: int
+    user: str = "user"
+
+
+class DeleteNode(Message):
+    """Delete a node of the session's tree: ``cascade`` with everything under it, or
+    ``reparent`` (its children take its place). Never the node the session stands at or
+    one on its path. Answered with TreeChanged (the node removed) or ErrorReply."""
+
+    session_id: Token
+    node_id: Text
+    mode: Literal["cascade", "reparent"] = "cascade"
+    user: str = "user"
+
+
+class BookmarkNode(Message):
+    """Point bookmark ``name`` at ``node_id`` (created or moved), or with ``remove`` drop
+    it. A bookmark names a node wherever a node is asked for. Answered with TreeChanged
+    or ErrorReply."""
+
+    session_id: Token
+    name: Text
+    node_id: str = ""
+    remove: bool = False
+    user: str = "user"
+
+
+class TreeChanged(Message):
+    """The session's tree was changed as asked: ``node_id`` is the node concerned, and
+    ``detail`` says what happened in a line."""
+
+    session_id: str
+    node_id: str
+    detail: str
 
 
 # --- TTSR monitor -----------------------------------------------------------------------
@@ -611,13 +669,14 @@ class RelayedEvent(msgspec.Struct, kw_only=True):
 
 
 InboxMessage = UserMessage
+TreeCommand = SplitNode | DeleteNode | BookmarkNode
 ManagerMessage = (
     ListSessions | KillSession | ForkSession | UserMessage | TreeQuery | BranchTo | EditNode
-    | Generate
+    | Generate | TreeCommand
 )
 SessionMessage = (
     UserMessage | Interrupt | KillSession | InteractionSettled | TreeQuery | BranchTo
-    | EditNode | Generate
+    | EditNode | Generate | TreeCommand
 )
 MonitorMessage = BarrierCheck
 GatekeeperMessage = ToolProposal

@@ -258,6 +258,40 @@ responses:
     assert names(host, sid).count("AlternativeGenerated") == 2
 
 
+def test_completions_without_tools_over_a_history_with_tool_calls_define_them_unused(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    """The Messages API refuses tool blocks in a request that defines no tools: the
+    tools go along with tool_choice none, and the model is told to use none."""
+    host, _, llm = engine(TWO_TURNS + """
+  - match: "summarize"
+    blocks: [{text: "One."}]
+  - match: "summarize"
+    blocks: [{text: "Two."}]
+""")
+    watcher = GenerationWatcher(host)
+    channel = watch_channel(host, "test")
+    sid = say(host, "look around")
+    channel.wait_for("completed")
+    watcher.until_end()
+    say(host, "summarize", sid)
+    channel.wait_for("completed")
+    watcher.until_end()
+    user = next(n for n in tree(host, sid).nodes if n.text == "summarize")
+    ask(host.bus, host.subjects.manager, BranchTo(session_id=sid, node_id=user.node_id),
+        Branched)
+    ask(host.bus, host.subjects.manager, Generate(session_id=sid, n=2, tools=False), Accepted)
+    events = watcher.until_end()
+    assert isinstance(events[-1], GenerationDone)
+    requests = [e for e in events if type(e).__name__ == "ProviderRequest"]
+    assert [r.tool_choice for r in requests] == ["none", "none"]
+    sent = llm.requests[-1]
+    assert sent["tool_choice"] == {"type": "none"} and "list_dir" in {
+        t["name"] for t in sent["tools"]}
+    assert any(b.get("type") == "tool_use" for m in sent["messages"]
+               if isinstance(m["content"], list) for b in m["content"])
+
+
 def test_the_tool_iteration_limit_ends_a_generation_with_a_typed_error(
     engine: Callable[..., Engine], watch_channel: Callable[..., Any],
 ) -> None:
@@ -284,10 +318,17 @@ responses:
     assert isinstance(error, GenerationError) and error.kind == "tool_iteration_limit"
     assert kinds(events).count("ProviderRequest") == 3  # results fed back twice, no more
     assert len(llm.requests) == 4
-    failed = [e for e in host.app.session_events(sid) if type(e).__name__ == "TurnFailed"]
+    stored = host.app.session_events(sid)
+    failed = [e for e in stored if type(e).__name__ == "TurnFailed"]
     assert failed[-1].kind == "tool_iteration_limit"
     session = host.app.session(sid)
     assert session is not None and session.pending_tool_calls() == []
+    # The calls of the message over the limit were refused, not run: two rounds of
+    # results ran, and the third message's call has a refusal and no execution.
+    generation = [type(e).__name__ for e in stored[
+        max(i for i, e in enumerate(stored) if type(e).__name__ == "GenerationStarted"):]]
+    assert generation.count("ToolCallExecuted") == 2
+    assert generation.count("ToolCallRefused") == 1
 
 
 def test_an_abort_yields_one_aborted_error_and_no_more_model_calls(
@@ -329,8 +370,12 @@ def test_tree_branch_edit_and_generate_from_the_command_line(
 
     shown = tether("tree", sid)
     assert shown.returncode == 0, shown.stderr
-    assert "look around" in shown.stdout and "* " in shown.stdout
-    user = next(n for n in tree(host, sid).nodes if n.text == "look around")
+    view = tree(host, sid)
+    marked = [line for line in shown.stdout.splitlines()
+              if line.startswith("* ") and " = where " not in line]
+    assert len(marked) == 1 and view.cursor[:8] in marked[0]
+    assert "The folder is empty." in marked[0]
+    user = next(n for n in view.nodes if n.text == "look around")
     edited = tether("edit", sid, user.node_id[:8], "Edited question")
     assert edited.returncode == 0, edited.stderr
     assert "now stands at" in edited.stdout
@@ -343,8 +388,18 @@ def test_tree_branch_edit_and_generate_from_the_command_line(
     assert refused.returncode != 0 and "--no-tools" in refused.stderr
     back = tether("branch", sid, user.node_id[:8])
     assert back.returncode == 0, back.stderr
+    assert tree(host, sid).cursor == user.node_id
+    session = host.app.session(sid)
+    assert session is not None and [t.role for t in session.history] == ["user"]
     forked = tether("fork", sid, "--at", user.node_id[:8])
     assert forked.returncode == 0, forked.stderr
+    fork_id = forked.stdout.split(" into ")[1].split(";")[0]
+    fork = host.app.session(fork_id)
+    assert fork is not None and fork.forked_from == sid
+    assert [(t.role, t.content[0].text) for t in fork.history] == [  # type: ignore[union-attr]
+        ("user", "look around")]
+    by_node = tether("fork", sid, "--at-node", user.node_id[:8])
+    assert by_node.returncode == 0, by_node.stderr
 
 
 def test_the_round_limit_ends_a_turn_after_25_rounds_with_a_clear_note(
@@ -368,3 +423,126 @@ def test_the_round_limit_ends_a_turn_after_25_rounds_with_a_clear_note(
     assert [(e.rounds, e.stop) for e in completed] == [(25, "round_limit")]
     session = host.app.session(sid)
     assert session is not None and session.pending_tool_calls() == []
+
+
+def test_the_tree_comes_in_pages_and_the_command_line_reads_them_all(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any], nats_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import argparse
+
+    from adapters.cli import _whole_tree
+
+    host, _, _ = engine(TWO_TURNS)
+    channel = watch_channel(host, "test")
+    sid = say(host, "look around")
+    channel.wait_for("completed")
+    say(host, "second", sid)
+    channel.wait_for("completed")
+    whole = tree(host, sid)
+    assert whole.total == len(whole.nodes) == 7 and whole.offset == 0
+    page = ask(host.bus, host.subjects.manager, TreeQuery(session_id=sid, offset=2, limit=3),
+               TreeView, timeout=10)
+    assert page.nodes == whole.nodes[2:5] and page.total == 7 and page.offset == 2
+    assert page.version == whole.version and page.cursor == whole.cursor
+
+    for key, value in {"TETHER_NATS_URL": nats_url, "TETHER_NAMESPACE": host.subjects.namespace,
+                       "TETHER_STATE_DIR": host.settings.state_dir}.items():
+        monkeypatch.setenv(key, value)
+    read = _whole_tree(argparse.Namespace(config=None), sid, page_size=2)
+    assert read.nodes == whole.nodes and read.cursor == whole.cursor
+
+
+def test_split_delete_and_bookmarks_from_the_command_line(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any], nats_url: str,
+) -> None:
+    host, _, llm = engine(TWO_TURNS + """
+  - match: "third"
+    blocks: [{text: "Third answer."}]
+""")
+    channel = watch_channel(host, "test")
+    sid = say(host, "look around")
+    channel.wait_for("completed")
+    say(host, "second question", sid)
+    channel.wait_for("completed")
+    tether = tether_cli(host, nats_url)
+    nodes = tree(host, sid).nodes
+    first = next(n for n in nodes if n.text == "look around")
+    second = next(n for n in nodes if n.text == "second question")
+
+    marked = tether("bookmark", sid, "start", first.node_id[:8])
+    assert marked.returncode == 0, marked.stderr
+    assert "bookmark 'start' names" in marked.stdout
+    assert next(n for n in tree(host, sid).nodes if n.node_id == first.node_id).bookmarks == [
+        "start"]
+
+    # A split on the session's path: more nodes, the same text for the model.
+    split = tether("split", sid, second.node_id[:8], "7")
+    assert split.returncode == 0, split.stderr
+    view = tree(host, sid)
+    left = next(n for n in view.nodes if n.children and n.parent_id == second.parent_id
+                and n.role == "user" and n.node_id != second.node_id)
+    assert next(n for n in view.nodes if n.node_id == second.node_id).parent_id == left.node_id
+    assert view.cursor == next(n for n in view.nodes if n.text == "Second answer.").node_id
+    say(host, "third", sid)
+    channel.wait_for("completed")
+    sent = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "user"]
+    assert any("second question" in str(content) for content in sent)
+    assert not any("second \n\nquestion" in str(c) or "second\n\nquestion" in str(c)
+                   for c in sent)
+
+    refused = tether("delete", sid, second.node_id[:8])
+    assert refused.returncode != 0 and "move it elsewhere first" in refused.stderr
+    assert tether("branch", sid, "start").returncode == 0  # a bookmark names the node
+    before = len(tree(host, sid).nodes)
+    deleted = tether("delete", sid, left.node_id[:8])
+    assert deleted.returncode == 0, deleted.stderr
+    after = tree(host, sid)
+    assert len(after.nodes) < before and left.node_id not in {n.node_id for n in after.nodes}
+    assert after.cursor == first.node_id
+    gone = tether("bookmark", sid, "start", "--remove")
+    assert gone.returncode == 0, gone.stderr
+    assert tether("branch", sid, "start").returncode != 0
+    from events.forest import forest_uuid
+
+    stored = {type(e).__name__ for e in host.app.events.get(forest_uuid(sid))}
+    assert {"Split", "Deleted", "Bookmarked", "BookmarkRemoved"} <= stored
+
+
+def test_a_tree_asked_for_mid_turn_never_holds_half_a_message_of_results(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    """The session adds tool results to one message as the calls end: a tree asked for
+    while one call waits for approval shows the complete messages only, and the message
+    of results enters the tree once, whole, with the reply under it."""
+    from events.messages import ToolResultBlock
+
+    host, _, _ = engine("""
+responses:
+  - match: "do both"
+    blocks:
+      - tool_use: {name: list_dir, input: {path: "."}}
+      - tool_use: {name: run_shell, input: {command: "git push origin main"}}
+  - match: "exit code"
+    blocks: [{text: "Both ran."}]
+""", approval_timeout=300.0)
+    watcher = GenerationWatcher(host)
+    channel = watch_channel(host, "test")
+    sid = say(host, "do both please")
+    asked = channel.wait_for("approval").text
+    middle = tree(host, sid)
+    assert [n.role for n in middle.nodes] == ["system", "user", "assistant"]
+    assert middle.cursor == middle.nodes[-1].node_id  # the call, not half its results
+    say(host, f"/approve {asked.split()[1].rstrip(':')}", sid, user="bo")
+    channel.wait_for("completed")
+    events = watcher.until_end()
+    forest = host.app.forest(sid)
+    assert forest is not None
+    results = [n for n in forest.state.nodes.values()
+               if any(isinstance(b, ToolResultBlock) for b in n.content)]
+    assert len(results) == 1 and len(results[0].content) == 2
+    final = next(n for n in tree(host, sid).nodes if n.text == "Both ran.")
+    assert final.parent_id == results[0].id
+    assert kinds(events).count("ToolResultNode") == 2
+    ask(host.bus, host.subjects.manager, BranchTo(session_id=sid, node_id=final.node_id),
+        Branched)  # a path with every result: a session can stand there

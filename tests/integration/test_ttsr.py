@@ -406,3 +406,105 @@ responses:
     session = host.app.session(sid)
     assert session is not None and session.turns == 2
     assert texts(session) == ["The retried answer, streamed slowly.", "The follow-up answer."]
+
+
+def test_a_fork_at_a_node_keeps_only_the_rules_that_fired_before_it(
+    tmp_path: Path, fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host],
+    watch_channel: Callable[..., Any],
+) -> None:
+    from actors.runtime import ask
+    from events.messages import Accepted, ForkSession, TreeQuery, TreeView
+
+    rule(tmp_path / "rules", "no-todo", "TODO", "Finish the work.")
+    script = """
+responses:
+  - match: "first"
+    blocks: [{text: "All clear."}]
+  - match: "second"
+    chunk: 4
+    blocks: [{text: "Sure, here is a TODO list"}]
+  - match: "Finish the work"
+    blocks: [{text: "Done properly."}]
+"""
+    _, host, channel = start(fake_llm, make_host, watch_channel, script)
+    sid = say(host, "first task")
+    channel.wait_for("completed")
+    say(host, "second task", sid)
+    channel.wait_for("completed")
+    source = host.app.session(sid)
+    assert source is not None and source.fired_rules == ["no-todo"]
+    nodes = ask(host.bus, host.subjects.manager, TreeQuery(session_id=sid), TreeView).nodes
+    before = next(n for n in nodes if n.text == "All clear.")
+    after = next(n for n in nodes if n.text == "Done properly.")
+
+    early = ask(host.bus, host.subjects.manager, ForkSession(
+        session_id=sid, at_node=before.node_id), Accepted).session_id
+    late = ask(host.bus, host.subjects.manager, ForkSession(
+        session_id=sid, at_node=after.node_id), Accepted).session_id
+    forked_early, forked_late = host.app.session(early), host.app.session(late)
+    assert forked_early is not None and forked_early.fired_rules == []
+    assert host.app.rule_log(early) is None
+    assert forked_late is not None and forked_late.fired_rules == ["no-todo"]
+    copied = host.app.rule_log(late)
+    assert copied is not None and [n for n, _ in copied.injections] == ["no-todo"]
+
+
+def test_a_completion_a_rule_drops_is_recorded_and_the_next_one_is_clean(
+    tmp_path: Path, fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host],
+    watch_channel: Callable[..., Any],
+) -> None:
+    """With several completions, one that breaks a rule is dropped (AlternativeDropped)
+    and the next is a generation of its own: nothing of the dropped stream reaches it."""
+    from actors.runtime import ask
+    from events.codec import Decoder
+    from events.messages import (
+        Accepted,
+        Branched,
+        BranchTo,
+        Generate,
+        StreamDelta,
+        TreeQuery,
+        TreeView,
+    )
+
+    rule(tmp_path / "rules", "no-blue", "BLUE", "No blue.")
+    script = """
+responses:
+  - match: "colour"
+    blocks: [{text: "Red."}]
+  - match: "colour"
+    blocks: [{text: "Red."}]
+  - match: "colour"
+    chunk: 2
+    delay_ms: 5
+    blocks: [{text: "BLUE and then a long tail that keeps streaming for a while"}]
+  - match: "colour"
+    blocks: [{text: "Green."}]
+"""
+    llm, host, channel = start(fake_llm, make_host, watch_channel, script)
+    sid = say(host, "name a colour")
+    channel.wait_for("completed")
+    user = next(n for n in ask(host.bus, host.subjects.manager, TreeQuery(session_id=sid),
+                               TreeView).nodes if n.text == "name a colour")
+    ask(host.bus, host.subjects.manager, BranchTo(session_id=sid, node_id=user.node_id),
+        Branched)
+    deltas: list[StreamDelta] = []
+    decoder: Decoder[StreamDelta] = Decoder(StreamDelta)
+    host.bus.subscribe(host.subjects.stream(sid), lambda m: deltas.append(
+        decoder.decode(m.data)))
+    host.bus.flush()
+    ask(host.bus, host.subjects.manager, Generate(session_id=sid, n=3, tools=False), Accepted)
+    channel.wait_for("completed")
+
+    stored = host.app.session_events(sid)
+    dropped = [e for e in stored if type(e).__name__ == "AlternativeDropped"]
+    assert [e.rules for e in dropped] == [["no-blue"]]
+    answers = [n.text for n in ask(host.bus, host.subjects.manager, TreeQuery(session_id=sid),
+                                   TreeView).nodes if n.parent_id == user.node_id]
+    assert answers == ["Red.", "Green."]  # the first completion matched the old reply
+    generations: dict[int, str] = {}
+    for delta in deltas:
+        if delta.kind == "text":
+            generations[delta.generation] = generations.get(delta.generation, "") + delta.text
+    assert "Green." in generations.values()  # its own generation, nothing else in it
+    assert len(llm.requests) == 4
