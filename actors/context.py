@@ -336,9 +336,9 @@ def summarize_stale_results(messages: list[Msg], keep_turns: int = KEEP_TURNS) -
     """``messages`` with each tool result more than ``keep_turns`` turns old replaced by a
     one-line summary (see :func:`summarize_result`); for what is sent, never what is stored.
 
-    Age counts the turn a message is in: the current (last) turn is 1 turn old, the one
-    before it 2, and so on (turns are defined above), so the last ``keep_turns`` turns
-    keep their results whole. A result keeps its ``tool_use_id`` and ``is_error``; a
+    Age counts turns ago: the current (last) turn is 0 turns old, the one before it 1,
+    and so on (turns are defined above), so the current turn and the ``keep_turns``
+    before it keep their results whole. A result keeps its ``tool_use_id`` and ``is_error``; a
     summary is not summarized again, and a result the summary would not shorten stays.
     ``messages`` (Turns or API dicts) is not changed: changed messages are new objects,
     unchanged ones are shared with the input (treat the result as read-only).
@@ -351,7 +351,7 @@ def summarize_stale_results(messages: list[Msg], keep_turns: int = KEEP_TURNS) -
     for message, number in zip(messages, numbers, strict=True):
         # the results of a mixed message answer the turn before the one its text starts
         results_turn = number - 1 if starts_turn(message) else number
-        age = current - results_turn + 1
+        age = current - results_turn
         if age <= keep_turns:
             out.append(message)
             continue
@@ -534,18 +534,20 @@ class CompactionPlan(NamedTuple):
 
 
 def plan_compaction(history: list[Turn], *, system: str, window: int,
-                    sent_tokens: int | None = None,
+                    sent_tokens: int | None = None, tools: Sequence[dict[str, Any]] = (),
                     keep_turns: int = KEEP_TURNS) -> CompactionPlan | None:
     """The compaction the history needs before the next model call, or None.
 
     The history is measured as it is sent (stale tool results summarized, as the seed
     does before compacting; ``sent_tokens``, when the caller has it from the request it
-    built, saves measuring again) against :func:`context_budget`; at 70% or more it is
+    built, saves measuring again) against :func:`context_budget`, which leaves room for
+    the system prompt and the ``tools`` definitions sent with it (many MCP tools can take
+    much of a window); at 70% or more it is
     split with :func:`split_for_compaction`. None when under the trigger, when nothing
     older than the recent part is left to summarize, or when that is only an earlier
     summary (summarizing it alone again would gain nothing and could repeat every call).
     """
-    budget = context_budget(window, estimate_tokens(system))
+    budget = context_budget(window, estimate_request_tokens(system, [], tools))
     shaped: list[Turn] | None = None
     if sent_tokens is None:
         shaped = summarize_stale_results(history, keep_turns)

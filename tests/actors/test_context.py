@@ -237,18 +237,18 @@ def test_turns_start_at_user_messages_without_tool_results() -> None:
 
 
 def test_results_more_than_four_turns_old_are_summarized() -> None:
-    history = _history(5)
+    history = _history(6)
     shaped = summarize_stale_results(history)
     results = _results(shaped)
-    # turn 1 is 5 turns old (the current turn, 5, is 1 turn old): summarized
+    # turn 1 is 5 turns old (the current turn, 6, is 0 turns old): summarized
     assert results["tu_1"].startswith(SUMMARY_MARK)
     assert "\n" not in results["tu_1"]
-    # turns 2..5 are at most 4 turns old: whole
-    assert [results[f"tu_{n}"] for n in range(2, 6)] == [BIG] * 4
+    # turns 2..6 are at most 4 turns old: whole
+    assert [results[f"tu_{n}"] for n in range(2, 7)] == [BIG] * 5
 
 
-def test_four_turns_summarize_nothing() -> None:
-    history = _history(4)
+def test_a_result_four_turns_old_is_kept_whole() -> None:
+    history = _history(5)  # turn 1 is 4 turns old: not more than 4
     assert summarize_stale_results(history) == history
 
 
@@ -256,9 +256,9 @@ def test_summaries_follow_as_turns_pass() -> None:
     history = _history(7)
     results = _results(summarize_stale_results(history))
     assert [results[f"tu_{n}"].startswith(SUMMARY_MARK) for n in range(1, 8)] == [
-        True, True, True, False, False, False, False]
+        True, True, False, False, False, False, False]
     results = _results(summarize_stale_results(history, keep_turns=1))
-    assert [results[f"tu_{n}"] == BIG for n in range(1, 8)] == [False] * 6 + [True]
+    assert [results[f"tu_{n}"] == BIG for n in range(1, 8)] == [False] * 5 + [True] * 2
 
 
 def test_summarizing_never_changes_the_stored_history() -> None:
@@ -556,6 +556,20 @@ def test_plan_compaction_triggers_at_70_percent_of_the_budget() -> None:
     assert plan_compaction(history, system="s", window=10_000, sent_tokens=100) is None
     given = plan_compaction(history[:5], system="s", window=10_000, sent_tokens=6000)
     assert given is not None and given.tokens == 6000 and given.replaced == 4
+
+
+def test_plan_compaction_leaves_room_for_the_tool_definitions() -> None:
+    big = "x" * 4000
+    history = [Turn("user" if i % 2 == 0 else "assistant", [TextBlock(f"{i} {big}")])
+               for i in range(12)]
+    # 12,000 tokens of history in a 40,000-token window: budget 35,903, no compaction...
+    assert plan_compaction(history, system="s", window=40_000) is None
+    # ...until 80 tool definitions of about 300 tokens each come with it
+    tools = [{"name": f"srv__tool_{n}", "description": "d" * 1100,
+              "input_schema": {"type": "object"}} for n in range(80)]
+    plan = plan_compaction(history, system="s", window=40_000, tools=tools)
+    assert plan is not None
+    assert plan.budget == 40_000 - estimate_request_tokens("s", [], tools) - 4096
 
 
 def test_plan_compaction_measures_the_history_as_sent() -> None:

@@ -129,3 +129,58 @@ responses:
     assert "too long" in failed.error
     assert "HistoryCompacted" not in names(host, sid)
     assert "first:" in str(llm.requests[-1]["messages"])  # the whole history was sent
+
+
+def test_a_compacted_session_replays_and_goes_on_after_a_restart_without_the_model(
+    engine: Callable[..., Engine], workspace: Path, watch_channel: Callable[..., Any],
+) -> None:
+    """What the model was sent after a compaction is what the stored events replay to;
+    a new engine on the same store goes on from the summary with no compaction call."""
+    from actors.context import shape_messages
+
+    host, _, llm = engine(script("- The user prefers tabs."), context_window=WINDOW)
+    sid = three_turns(host, watch_channel(host, "test"))
+    answered = llm.requests[4]
+    stored = host.app.session(sid)
+    assert stored is not None
+    assert shape_messages(stored.history[:-1]) == answered["messages"]
+    host.stop()
+
+    again, _, llm2 = engine("""
+responses:
+  - match: "fourth"
+    blocks: [{text: "Noted four."}]
+""", context_window=WINDOW)
+    channel = watch_channel(again, "test")
+    assert say(again, "fourth note", sid) == sid
+    channel.wait_for("completed")
+    assert len(llm2.requests) == 1  # the answer alone: the summary came from the store
+    sent = llm2.requests[0]["messages"]
+    assert sent[0]["content"][0]["text"].startswith(
+        f"{SUMMARY_PREFIX}The user sent two long notes; I acknowledged.]")
+    assert "first:" not in str(sent) and "fourth note" in str(sent[-1])
+    assert names(again, sid).count("HistoryCompacted") == 1
+    assert (workspace / "MEMORY.md").read_text().count("- The user prefers tabs.") == 1
+
+
+def test_a_failed_compaction_is_not_tried_again_in_the_same_turn(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    host, _, llm = engine("""
+responses:
+  - match: "first"
+    blocks: [{text: "Noted one."}]
+  - match: "second"
+    blocks: [{text: "Noted two."}]
+  - error: {status: 400, type: invalid_request_error, message: "too long"}
+  - match: "third"
+    blocks: [{tool_use: {name: list_dir, input: {path: "."}}}]
+  - match: "empty"
+    blocks: [{text: "Listed."}]
+""", context_window=WINDOW)
+    sid = three_turns(host, watch_channel(host, "test"))
+    # first, second, the failed memory call, the call that asked for the tool, and the
+    # call after its result: no second compaction before it
+    assert len(llm.requests) == 5
+    assert names(host, sid).count("CompactionFailed") == 1
+    assert "HistoryCompacted" not in names(host, sid)
