@@ -97,7 +97,7 @@ from actors.prompt import (
 )
 from actors.redact import Redactor, StreamRedactor
 from actors.runtime import ActorSystem, AskResult, Envelope, TetherActor
-from actors.titles import clean_title, title_request, wants_title
+from actors.titles import clean_title, exchange_messages, title_request, wants_title
 from events.application import TetherApplication
 from events.forest import Forest, ForestError
 from events.messages import (
@@ -658,7 +658,7 @@ class SessionActor(TetherActor):
         request = self._build_request()
         plan = None if self.compaction_off else plan_compaction(
             self.session.history, system=request.system, window=self._window(),
-            sent_tokens=request.history_tokens)
+            sent_tokens=request.history_tokens, tools=request.tools)
         if plan is None:
             self._call_model(request)
             return
@@ -1272,7 +1272,9 @@ class SessionActor(TetherActor):
                 self._refuse_engine_call(call, groups)
                 return
             self._allow_engine_call(call, "the engine loads tool groups")
-            self.session.load_tools(groups=groups, reason="load_tools")
+            new = [g for g in groups if g not in self.session.loaded_groups]
+            if new:  # a group loaded already changes nothing: no event
+                self.session.load_tools(groups=new, reason="load_tools")
             tools = ", ".join(d["name"] for d in self.tools.definitions(groups))
             self._finish_engine_call(call, f"loaded {', '.join(groups)}: {tools}", False)
         elif call.name == LOAD_SKILLS:
@@ -1541,7 +1543,7 @@ class SessionActor(TetherActor):
     def _maybe_title(self) -> None:
         """Once the session has enough messages and no title, ask for one (background)."""
         if self.titling or not self.config.titles or not wants_title(
-                len(self.session.history), self.session.title):
+                exchange_messages(self.session.history), self.session.title):
             return
         self.titling = True
         request = title_request(self.session.history, model=self.config.model)

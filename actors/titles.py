@@ -1,7 +1,10 @@
 """Session titles: when to ask for one, the request, and the answer cleaned. Pure.
 
 Once a session has at least ``TITLE_AFTER`` messages and no title, a title of at most
-``TITLE_MAX`` characters is asked of the model in the background (seed: phase 5).
+``TITLE_MAX`` characters is asked of the model in the background (seed: phase 5). The
+messages counted are the ones the seed stores: the user's and the model's answers (3
+exchanges), not the tool calls and results between them (:func:`exchange_messages`), so
+one busy turn does not name a session.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from typing import Any
 
 from actors.context import render_transcript
 from actors.ports import ModelRequest
+from events.messages import TextBlock, ToolResultBlock, ToolUseBlock
 from events.session import Turn
 
 TITLE_AFTER = 6
@@ -24,8 +28,23 @@ TITLE_PROMPT = (
 
 
 def wants_title(messages: int, title: str) -> bool:
-    """Whether a session with ``messages`` in its history and ``title`` needs one."""
+    """Whether a session with ``messages`` (:func:`exchange_messages`) and ``title``
+    needs one."""
     return not title and messages >= TITLE_AFTER
+
+
+def exchange_messages(history: Sequence[Turn]) -> int:
+    """The messages of ``history`` that are part of the exchanges: user messages with
+    text (not only tool results) and the model's answers (text without tool calls)."""
+    count = 0
+    for turn in history:
+        if turn.role == "user":
+            count += any(isinstance(b, TextBlock) for b in turn.content) and not all(
+                isinstance(b, ToolResultBlock) for b in turn.content)
+        else:
+            count += any(isinstance(b, TextBlock) for b in turn.content) and not any(
+                isinstance(b, ToolUseBlock) for b in turn.content)
+    return count
 
 
 def title_request(history: Sequence[Turn | dict[str, Any]], *, model: str) -> ModelRequest:

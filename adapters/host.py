@@ -142,9 +142,9 @@ class Host:
         """Start the HTTP connector (``tether serve``) when ``http_port`` is set."""
         self.provider = provider
         self.mcp: McpTools | None = None
+        self.clock = clock or SystemClock()
         self.tools = tools or self._default_tools()
         self.ids = ids or RandomIds()
-        self.clock = clock or SystemClock()
         self.canaries = canaries or RandomIds()
         self.start_actors = start_actors
         self.subjects = Subjects(settings.namespace)
@@ -160,7 +160,8 @@ class Host:
     def _default_tools(self) -> ToolExecutor:
         """The built-in tools, plus the MCP servers' groups when the settings name any
         (connected in :meth:`start`, closed in :meth:`stop`)."""
-        builtin = BuiltinTools(timeout=self.settings.shell_timeout, env=tool_environment())
+        builtin = BuiltinTools(timeout=self.settings.shell_timeout, env=tool_environment(),
+                               clock=self.clock.now)  # current_date tells the engine's time
         if not self.settings.mcp.servers:
             return builtin
         from adapters.mcp_tools import McpTools, WithMcpTools  # the SDK loads slowly

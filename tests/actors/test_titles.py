@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from actors.titles import TITLE_MAX, clean_title, title_request, wants_title
-from events.messages import TextBlock
+from actors.titles import (
+    TITLE_MAX,
+    clean_title,
+    exchange_messages,
+    title_request,
+    wants_title,
+)
+from events.messages import TextBlock, ToolResultBlock, ToolUseBlock
 from events.session import Turn
 
 
@@ -11,6 +17,20 @@ def test_a_title_is_wanted_from_six_messages_until_there_is_one() -> None:
     assert not wants_title(5, "")
     assert wants_title(6, "")
     assert not wants_title(12, "Fix the login bug")
+
+
+def test_tool_calls_and_results_are_not_exchanges() -> None:
+    call = Turn("assistant", [TextBlock("Let me look."),
+                              ToolUseBlock(id="t1", name="read_file", input={"path": "a"})])
+    results = Turn("user", [ToolResultBlock(tool_use_id="t1", content="...")])
+    # one busy turn: a question, five rounds of tools, an answer -- 12 messages, 2 counted
+    busy = [Turn("user", [TextBlock("fix it")]), *[call, results] * 5,
+            Turn("assistant", [TextBlock("Fixed.")])]
+    assert len(busy) == 12 and exchange_messages(busy) == 2
+    assert not wants_title(exchange_messages(busy), "")
+    three = [*busy, Turn("user", [TextBlock("thanks")]), Turn("assistant", [TextBlock("ok")]),
+             Turn("user", [TextBlock("bye")]), Turn("assistant", [TextBlock("bye")])]
+    assert exchange_messages(three) == 6 and wants_title(exchange_messages(three), "")
 
 
 def test_the_request_carries_the_conversation_and_no_tools() -> None:

@@ -107,6 +107,8 @@ responses:
     from tests.helpers import wait_until
 
     wait_until(lambda: retries() == [(1, 1.0)], "the first retry")
+    host.manager.ref.ask(Tick(), timeout=10)  # a tick before the backoff has passed...
+    assert len(llm.requests) == 1  # ...sends nothing: the retry waits for the clock
     clock.advance(1)
     host.manager.ref.ask(Tick(), timeout=10)
     wait_until(lambda: retries() == [(1, 1.0), (2, 2.0)], "the second retry")
@@ -182,3 +184,29 @@ responses:
     session = host.app.session(sid)
     assert session is not None and session.title == "Counting to three together"
     assert len(llm.requests) == 4 and not llm.requests[-1].get("tools")
+
+
+def test_current_date_tells_the_engine_clock(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    """The time tool answers from the engine's (injected) clock, as every timer does, so
+    a replayed or tested session sees one time."""
+    import datetime as dt
+
+    from actors.ports import ManualClock
+
+    clock = ManualClock(dt.datetime(2031, 7, 4, 9, 30, tzinfo=dt.UTC))
+    host, _, llm = engine("""
+responses:
+  - match: "what day"
+    blocks: [{tool_use: {name: current_date, input: {}}}]
+  - match: "2031"
+    blocks: [{text: "It is the fourth of July."}]
+""", clock=clock)
+    channel = watch_channel(host, "test")
+    sid = say(host, "what day is it")
+    channel.wait_for("completed")
+    executed = [e for e in host.app.session_events(sid)
+                if type(e).__name__ == "ToolCallExecuted"]
+    assert len(executed) == 1 and "2031-07-04" in executed[0].output
+    assert len(llm.requests) == 2

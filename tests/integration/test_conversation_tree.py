@@ -546,3 +546,28 @@ responses:
     assert kinds(events).count("ToolResultNode") == 2
     ask(host.bus, host.subjects.manager, BranchTo(session_id=sid, node_id=final.node_id),
         Branched)  # a path with every result: a session can stand there
+
+
+def test_a_kill_mid_stream_ends_the_generation_with_one_aborted_error(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    from events.messages import Killed, KillSession
+
+    host, _, llm = engine("""
+responses:
+  - match: "long story"
+    chunk: 2
+    delay_ms: 30
+    blocks:
+      - text: "Once upon a time there was a very long story that took ages to tell."
+""")
+    watcher = GenerationWatcher(host)
+    channel = watch_channel(host, "test")
+    sid = say(host, "tell me a long story")
+    channel.wait_for("stream")
+    assert ask(host.bus, host.subjects.manager, KillSession(session_id=sid), Killed,
+               timeout=10).found
+    events = watcher.until_end()
+    assert kinds(events) == ["ProviderRequest", "GenerationError"]
+    assert events[-1].kind == "aborted" and events[-1].message.startswith("killed")
+    assert watcher.events.empty() and len(llm.requests) == 1
