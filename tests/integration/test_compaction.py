@@ -110,16 +110,21 @@ def test_nothing_is_appended_to_memory_when_there_are_no_facts(
     assert "- Older fact." in llm.requests[-1]["system"]
 
 
-def test_a_failed_compaction_is_recorded_and_the_turn_goes_on(
-    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
-) -> None:
-    host, _, llm = engine("""
+FAILING_COMPACTION = """
 responses:
   - match: "first"
     blocks: [{text: "Noted one."}]
   - match: "second"
     blocks: [{text: "Noted two."}]
   - error: {status: 400, type: invalid_request_error, message: "too long"}
+"""
+"""Two answers, then an error for the memory call of the compaction the third needs."""
+
+
+def test_a_failed_compaction_is_recorded_and_the_turn_goes_on(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    host, _, llm = engine(FAILING_COMPACTION + """
   - match: "third"
     blocks: [{text: "Noted three."}]
 """, context_window=WINDOW)
@@ -166,13 +171,7 @@ responses:
 def test_a_failed_compaction_is_not_tried_again_in_the_same_turn(
     engine: Callable[..., Engine], watch_channel: Callable[..., Any],
 ) -> None:
-    host, _, llm = engine("""
-responses:
-  - match: "first"
-    blocks: [{text: "Noted one."}]
-  - match: "second"
-    blocks: [{text: "Noted two."}]
-  - error: {status: 400, type: invalid_request_error, message: "too long"}
+    host, _, llm = engine(FAILING_COMPACTION + """
   - match: "third"
     blocks: [{tool_use: {name: list_dir, input: {path: "."}}}]
   - match: "empty"

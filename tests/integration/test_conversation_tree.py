@@ -71,6 +71,24 @@ def names(host: Host, sid: str) -> list[str]:
     return [type(e).__name__ for e in host.app.session_events(sid)]
 
 
+def converse(host: Host, watcher: GenerationWatcher, channel: Any, *texts: str) -> str:
+    """Send ``texts`` to one session, each answered (its generation ended); its id."""
+    sid = ""
+    for text in texts:
+        sid = say(host, text, sid)
+        channel.wait_for("completed")
+        watcher.until_end()
+    return sid
+
+
+def branch_to_message(host: Host, sid: str, text: str) -> Any:
+    """Move the session to its message ``text``; that node."""
+    node = next(n for n in tree(host, sid).nodes if n.text == text)
+    ask(host.bus, host.subjects.manager, BranchTo(session_id=sid, node_id=node.node_id),
+        Branched)
+    return node
+
+
 TWO_TURNS = """
 responses:
   - match: "look around"
@@ -233,13 +251,8 @@ responses:
     blocks: [{text: "Yellow."}]
 """)
     watcher = GenerationWatcher(host)
-    channel = watch_channel(host, "test")
-    sid = say(host, "name a colour")
-    channel.wait_for("completed")
-    watcher.until_end()
-    user = next(n for n in tree(host, sid).nodes if n.text == "name a colour")
-    ask(host.bus, host.subjects.manager, BranchTo(session_id=sid, node_id=user.node_id),
-        Branched)
+    sid = converse(host, watcher, watch_channel(host, "test"), "name a colour")
+    user = branch_to_message(host, sid, "name a colour")
     ask(host.bus, host.subjects.manager, Generate(session_id=sid, n=3, tools=False), Accepted)
     events = watcher.until_end()
     assert kinds(events) == ["ProviderRequest", "ProviderResponse", "AssistantNode"] * 3 + [
@@ -270,16 +283,8 @@ def test_completions_without_tools_over_a_history_with_tool_calls_define_them_un
     blocks: [{text: "Two."}]
 """)
     watcher = GenerationWatcher(host)
-    channel = watch_channel(host, "test")
-    sid = say(host, "look around")
-    channel.wait_for("completed")
-    watcher.until_end()
-    say(host, "summarize", sid)
-    channel.wait_for("completed")
-    watcher.until_end()
-    user = next(n for n in tree(host, sid).nodes if n.text == "summarize")
-    ask(host.bus, host.subjects.manager, BranchTo(session_id=sid, node_id=user.node_id),
-        Branched)
+    sid = converse(host, watcher, watch_channel(host, "test"), "look around", "summarize")
+    branch_to_message(host, sid, "summarize")
     ask(host.bus, host.subjects.manager, Generate(session_id=sid, n=2, tools=False), Accepted)
     events = watcher.until_end()
     assert isinstance(events[-1], GenerationDone)
@@ -304,13 +309,8 @@ responses:
 {loop}
 """)
     watcher = GenerationWatcher(host)
-    channel = watch_channel(host, "test")
-    sid = say(host, "hello")
-    channel.wait_for("completed")
-    watcher.until_end()
-    user = next(n for n in tree(host, sid).nodes if n.text == "hello")
-    ask(host.bus, host.subjects.manager, BranchTo(session_id=sid, node_id=user.node_id),
-        Branched)
+    sid = converse(host, watcher, watch_channel(host, "test"), "hello")
+    branch_to_message(host, sid, "hello")
     ask(host.bus, host.subjects.manager,
         Generate(session_id=sid, max_tool_iterations=2), Accepted)
     events = watcher.until_end()
