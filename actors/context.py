@@ -14,6 +14,7 @@ MEMORY.md text); the model calls themselves are made by the caller.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -288,9 +289,14 @@ def _line_count(text: str) -> int:
     return len(text.splitlines())
 
 
+@functools.lru_cache(maxsize=4096)
 def summarize_result(content: str, is_error: bool = False) -> str:
     """The one-line summary of a tool result: its size in bytes and lines, what kind of
-    content it is, and for an error its first non-blank line (up to 100 characters)."""
+    content it is, and for an error its first non-blank line (up to 100 characters).
+
+    Memoized: every model call of a long session sends the same stale results again,
+    and telling a result's kind reads all of it (a string's hash is computed once and
+    kept by the string, so a hit costs one lookup)."""
     size = len(content.encode("utf-8"))
     lines = _line_count(content)
     parts = [
