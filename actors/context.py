@@ -14,9 +14,10 @@ MEMORY.md text); the model calls themselves are made by the caller.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, NamedTuple, TypeVar, cast
 
@@ -248,17 +249,26 @@ SUMMARY_MARK = "[tool result summarized:"
 """How a summarized tool result starts; such a result is never summarized again."""
 ERROR_LINE_CHARS = 100
 
-_PYTHON_LINE = re.compile(
-    r"^\s*(?:def \w|async def \w|class \w|import \w|from [\w.]+ import |@\w|"
-    r"if __name__ == )"
-)
-_PATH_LINE = re.compile(r"^[\w.+@~/-]+/?$")
-_LS_LONG_LINE = re.compile(r"^[dlcbps-][rwxsStT-]{9}[.@+]?\s")
+# Each pattern counts lines of a whole text at once (multiline mode): the loop runs in C.
+_PYTHON_LINES = re.compile(
+    r"^[ \t]*(?:def \w|async def \w|class \w|import \w|from [\w.]+ import |@\w|"
+    r"if __name__ == )", re.MULTILINE)
+_LISTING_LINES = re.compile(  # a path alone on its line, or a line of `ls -l`
+    r"^(?:[\w.+@~/-]+/?$|[dlcbps-][rwxsStT-]{9}[.@+]?[ \t])", re.MULTILINE)
+_NONBLANK_LINES = re.compile(r"^[ \t]*\S", re.MULTILINE)
+_DIFF_GIT = re.compile(r"^diff --git ", re.MULTILINE)
+_DIFF_PARTS = [re.compile(p, re.MULTILINE) for p in (r"^--- ", r"^\+\+\+ ", r"^@@ ")]
+
+
+KIND_SAMPLE_CHARS = 16_384
+"""The lines :func:`content_kind` judges lie in a result's first this many characters."""
 
 
 def content_kind(text: str) -> str:
     """What a tool result looks like: empty, JSON, a diff, Python source, a listing or
-    text (cheap heuristics, first match in that order)."""
+    text (cheap heuristics, first match in that order). JSON is told by parsing the
+    whole text; the rest by the lines of its first :data:`KIND_SAMPLE_CHARS` characters,
+    so a long result costs no more than a short one."""
     stripped = text.strip()
     if not stripped:
         return "empty"
@@ -269,18 +279,19 @@ def content_kind(text: str) -> str:
             pass
         else:
             return "JSON"
-    lines = [line for line in stripped.splitlines() if line.strip()]
-    if any(line.startswith("diff --git ") for line in lines) or (
-        any(line.startswith("--- ") for line in lines)
-        and any(line.startswith("+++ ") for line in lines)
-        and any(line.startswith("@@ ") for line in lines)
-    ):
+    sample = stripped[:KIND_SAMPLE_CHARS]
+    if len(stripped) > KIND_SAMPLE_CHARS:
+        sample = sample[: sample.rfind("\n") + 1] or sample  # whole lines only
+    if "\r" in sample:
+        sample = sample.replace("\r\n", "\n").replace("\r", "\n")
+    if _DIFF_GIT.search(sample) or all(part.search(sample) for part in _DIFF_PARTS):
         return "a diff"
-    python = sum(1 for line in lines if _PYTHON_LINE.match(line))
-    if python >= 2 or (python == 1 and len(lines) <= 3):
+    lines = len(_NONBLANK_LINES.findall(sample))
+    python = len(_PYTHON_LINES.findall(sample))
+    if python >= 2 or (python == 1 and lines <= 3):
         return "Python source"
-    listed = sum(1 for line in lines if _PATH_LINE.match(line) or _LS_LONG_LINE.match(line))
-    if len(lines) >= 2 and listed * 10 >= len(lines) * 9:
+    listed = len(_LISTING_LINES.findall(sample))
+    if lines >= 2 and listed * 10 >= lines * 9:
         return "a listing"
     return "text"
 
@@ -289,14 +300,56 @@ def _line_count(text: str) -> int:
     return len(text.splitlines())
 
 
-@functools.lru_cache(maxsize=4096)
+class _SummaryMemo:
+    """The summaries of the tool results summarized last, remembering at most
+    ``max_chars`` characters of results (the least recently used forgotten first), so
+    it never keeps much alive that the sessions have let go. Thread-safe: every session
+    actor builds its requests on its own thread."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        self._items: OrderedDict[tuple[str, bool], str] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def get(self, content: str, is_error: bool) -> str | None:
+        with self._lock:
+            summary = self._items.get((content, is_error))
+            if summary is not None:
+                self._items.move_to_end((content, is_error))
+            return summary
+
+    def put(self, content: str, is_error: bool, summary: str) -> None:
+        if len(content) > self.max_chars:
+            return
+        with self._lock:
+            if (content, is_error) not in self._items:
+                self._chars += len(content)
+            self._items[(content, is_error)] = summary
+            while self._chars > self.max_chars:
+                (old, _), _ = self._items.popitem(last=False)
+                self._chars -= len(old)
+
+
+_SUMMARIES = _SummaryMemo(max_chars=4_000_000)
+
+
 def summarize_result(content: str, is_error: bool = False) -> str:
     """The one-line summary of a tool result: its size in bytes and lines, what kind of
     content it is, and for an error its first non-blank line (up to 100 characters).
 
-    Memoized: every model call of a long session sends the same stale results again,
-    and telling a result's kind reads all of it (a string's hash is computed once and
-    kept by the string, so a hit costs one lookup)."""
+    Every model call of a long session sends its stale results again: a summary made
+    lately is remembered (:class:`_SummaryMemo`; a string keeps its hash, so a hit costs
+    a lookup), and one made anew does its reading in C (:func:`content_kind`)."""
+    known = _SUMMARIES.get(content, is_error)
+    if known is not None:
+        return known
+    summary = _summary_of(content, is_error)
+    _SUMMARIES.put(content, is_error, summary)
+    return summary
+
+
+def _summary_of(content: str, is_error: bool) -> str:
     size = len(content.encode("utf-8"))
     lines = _line_count(content)
     parts = [

@@ -663,3 +663,27 @@ def test_split_of_merged_messages_never_cuts_before_a_mixed_message() -> None:
     for budget in range(1, estimate_history_tokens(api) * 4, 53):
         _, recent = split_for_compaction(api, budget)
         assert recent in ([], api)
+
+
+def test_the_summary_memo_forgets_the_least_recently_used_within_its_bound() -> None:
+    from actors.context import _SummaryMemo
+
+    memo = _SummaryMemo(max_chars=10)
+    memo.put("aaaa", False, "A")
+    memo.put("bbbb", False, "B")
+    assert memo.get("aaaa", False) == "A"  # now the most recently used
+    memo.put("cccc", True, "C")  # 12 characters: the least recently used, bbbb, goes
+    assert memo.get("bbbb", False) is None
+    assert (memo.get("aaaa", False), memo.get("cccc", True)) == ("A", "C")
+    assert memo.get("cccc", False) is None  # an error's summary is another summary
+    memo.put("x" * 11, False, "X")  # larger than the bound: never kept
+    assert memo.get("x" * 11, False) is None
+
+
+def test_a_long_result_is_told_by_its_first_lines() -> None:
+    source = "def f():\n    return 1\n" * 2000  # 44,000 characters
+    assert summarize_result(source).endswith("4000 lines, Python source]")
+    listing = "\n".join(f"src/module_{n}.py" for n in range(3000))
+    assert content_kind(listing) == "a listing"
+    assert content_kind("some words\r\nmore words\r\n") == "text"
+    assert content_kind("--- a/x\r\n+++ b/x\r\n@@ -1 +1 @@\r\n-a\r\n+b\r\n") == "a diff"
