@@ -1589,12 +1589,14 @@ class SessionActor(TetherActor):
             return
         self.retries += 1
         delay = float(2 ** (self.retries - 1))
+        # The backoff counts from the failure, read before the retry is recorded: whoever
+        # sees the record and moves the clock cannot move the retry along with it.
+        self.retry_at = self.clock.now() + dt.timedelta(seconds=delay)
         self._cancel_stream()
         self.session.record_provider_retry(attempt=self.retries, error=failed.error,
                                            delay=delay)
         self.app.save(self.session)
         self.phase = "retrying"
-        self.retry_at = self.clock.now() + dt.timedelta(seconds=delay)
 
     def _on_tick(self) -> None:
         """The idle timeout kills a multi-turn session nobody talks to; the safety net
