@@ -302,15 +302,22 @@ class SessionManagerActor(TetherActor):
             return str(exc)
 
     def _rules_on_path(self, source_id: str, history: list[Turn]) -> list[str]:
-        """The rules whose reminders are in ``history`` (a path of the source's tree):
-        the ones that fired before the point a fork at a node starts from."""
+        """The rules that fired before the point a fork at a node starts from: those
+        whose reminders are in ``history`` (a path of the source's tree), and, when the
+        path starts from a compaction's summary, every rule that fired before that
+        compaction (its reminders are summarized away)."""
         on_path = {b.text for t in history if t.role == "user" for b in t.content
                    if isinstance(b, TextBlock)}
         fired: list[str] = []
+        so_far: list[str] = []
         for event in self.app.session_events(source_id):
-            if type(event).__name__ in ("TtsrInterrupted", "TtsrReminderAdded") and (
-                    event.reminder in on_path):
-                fired.extend(r for r in event.rules if r not in fired)
+            name = type(event).__name__
+            if name in ("TtsrInterrupted", "TtsrReminderAdded"):
+                so_far.extend(r for r in event.rules if r not in so_far)
+                if event.reminder in on_path:
+                    fired.extend(r for r in event.rules if r not in fired)
+            elif name == "HistoryCompacted" and event.summary in on_path:
+                fired.extend(r for r in so_far if r not in fired)
         return fired
 
     def _copy_rule_log(self, source_id: str, target_id: str, before_turn: int,

@@ -72,6 +72,8 @@ def notice_for(event: str, data: dict[str, Any]) -> tuple[str, str] | None:
                if data["stop"] == "round_limit" else ""),
         )
     if event == "TurnFailed":
+        if data.get("kind") == "killed":
+            return None  # the kill's own notice (StatusChanged) says it
         return "failed", f"the turn failed: {data['error']}"
     if event == "StatusChanged" and data["status"] == "killed":
         return "status", f"session killed: {data['reason']}"

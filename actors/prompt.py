@@ -186,8 +186,10 @@ def append_memory(workspace: str | os.PathLike[str], facts: Sequence[str],
     The file is read whole and strictly, as :func:`read_workspace` reads it: one that
     leads out of the workspace, is not a regular file, is not UTF-8 or is too large is
     refused with an OSError saying why, and is left as it is. The new text replaces the
-    file atomically (a temporary file renamed over it, its mode kept), one writer per
-    file at a time, so a crash or a second session flushing at once loses nothing."""
+    file atomically (a temporary file renamed over it, its mode kept; a new file is made
+    with the mode the umask gives), one writer per file at a time in this process, so a
+    crash or a second session flushing at once loses nothing. (Another process writing
+    the file meanwhile is not locked out: one engine serves a workspace.)"""
     root = Path(workspace)
     path = root / MEMORY_FILE
     with _MEMORY_LOCKS_GUARD:
@@ -203,8 +205,13 @@ def append_memory(workspace: str | os.PathLike[str], facts: Sequence[str],
         present = {line.strip() for line in before.splitlines()}
         added = [line[2:] for line in text.splitlines()
                  if line.startswith("- ") and line.strip() not in present]
-        target = path.resolve() if existing is not None else path
-        mode = stat.S_IMODE(target.stat().st_mode) if existing is not None else 0o644
+        if existing is None:  # nothing to lose: made in place, with the umask's mode
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            return added
+        target = path.resolve()
+        mode = stat.S_IMODE(target.stat().st_mode)
         fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=".MEMORY.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:

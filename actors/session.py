@@ -898,8 +898,12 @@ class SessionActor(TetherActor):
             return ErrorReply(error="tree", reason=str(exc))
         self._save_tree()
         if resplit:
-            self._stand_at(cursor, history_at(self.forest.state, cursor),
-                           f"a message on its path split by {message.user}")
+            try:
+                history = history_at(self.forest.state, cursor)
+            except (LookupError, ForestError) as exc:  # the split stands; the session too
+                return ErrorReply(error="tree", reason=f"split, but the session's history "
+                                  f"could not be read back from the tree: {exc}")
+            self._stand_at(cursor, history, f"a message on its path split by {message.user}")
         return TreeChanged(session_id=self.session_id, node_id=node_id, detail=detail)
 
     def _on_generate(self, message: Generate, envelope: Envelope | None) -> None:
@@ -1648,6 +1652,13 @@ class SessionActor(TetherActor):
         self.reminders = []
         self._refuse_pending("the session was killed before this call finished")
         self.tool_queue.clear()
+        if in_turn:
+            # The turn ends here: recorded (kind "killed", whose notice the kill's own
+            # says), so it counts, what it spent counts, and a resumed session's next turn
+            # is another turn, with a number of its own.
+            self.session.fail_turn(error=f"killed: {reason}", cost_usd=self._turn_cost(),
+                                   kind="killed")
+            self.turn_usage = Usage()
         if self.session.status != "killed":
             self._set_status("killed", reason)
         self.app.save(self.session)

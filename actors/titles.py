@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from actors.context import render_transcript
+from actors.context import is_summary_message, render_transcript
 from actors.ports import ModelRequest
 from events.messages import TextBlock, ToolResultBlock, ToolUseBlock
 from events.session import Turn
@@ -35,9 +35,12 @@ def wants_title(messages: int, title: str) -> bool:
 
 def exchange_messages(history: Sequence[Turn]) -> int:
     """The messages of ``history`` that are part of the exchanges: user messages with
-    text (not only tool results) and the model's answers (text without tool calls)."""
+    text (not only tool results) and the model's answers (text without tool calls). The
+    rest of a message the tree holds in two parts and a compaction's summary are not."""
     count = 0
     for turn in history:
+        if turn.continues or is_summary_message(turn):
+            continue
         if turn.role == "user":
             count += any(isinstance(b, TextBlock) for b in turn.content) and not all(
                 isinstance(b, ToolResultBlock) for b in turn.content)

@@ -734,7 +734,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="an event number: the last event to copy (see tether events); or a "
                          "node of the session's tree (id prefix or bookmark; see tether "
                          "tree): the fork continues from that message (default: the latest). "
-                         "Digits name an event; with no such event, a node")
+                         "Digits name an event; 4 or more digits that name no event, a node")
     at.add_argument("--at-node", metavar="NODE", default="",
                     help="a node of the session's tree, even when its id prefix is all digits")
     tree = add("tree", "print a session's conversation tree, where it stands marked, from "
@@ -757,7 +757,9 @@ def build_parser() -> argparse.ArgumentParser:
     split.add_argument("session", help="session id or name")
     split.add_argument("node", help="node id (prefix) or bookmark of the message to split")
     split.add_argument("position", type=int,
-                       help="characters in the first part (1 to the text's length - 1)")
+                       help="characters in the first part (1 to the text's length - 1), "
+                            "counted in the message as sent, line breaks included (tether "
+                            "tree shows it on one line)")
     delete = add("delete", "delete a node of a session's tree with everything under it (or "
                  "only the node, with --reparent); never where the session stands or its path",
                  cmd_delete)

@@ -68,7 +68,7 @@ Rules (after the Forest of the conversation engine spec, seed 003):
   tool_use or tool_result blocks are refused.
 * ``delete(node, mode)``: ``cascade`` removes the node and everything under it;
   ``reparent`` removes only the node and puts its children, in order, where it stood
-  under its parent. Roots cannot be deleted. Bookmarks on removed nodes go with them.
+  under its parent (a child that continued its text is a message of its own there). Roots cannot be deleted. Bookmarks on removed nodes go with them.
 * bookmarks: named pointers to nodes, set or moved with ``bookmark`` and removed with
   ``remove_bookmark``.
 * navigation (queries, no events): ``path`` (root to node; a broken chain raises),
@@ -465,6 +465,10 @@ class ForestState(msgspec.Struct):
             index = self.nodes[node.parent].children.index(node_id)
             changes.extend(MoveNode(child, node.parent, index + 1 + i)
                            for i, child in enumerate(node.children))
+            # A child that continued the deleted node's text continues nothing now: it is
+            # a message of its own under its new parent.
+            changes.extend(SetContent(child, list(self.nodes[child].content), continues=False)
+                           for child in node.children if self.nodes[child].continues)
         gone = set(removed)
         changes.extend(DropBookmark(name) for name, target in self.bookmarks.items()
                        if target in gone)

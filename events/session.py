@@ -368,7 +368,8 @@ class Session(Aggregate):
     @event(TurnFailed)
     def fail_turn(self, error: str, cost_usd: float = 0.0, kind: str = "failed") -> None:
         """The turn ended with ``error`` of ``kind`` (aborted, tool_iteration_limit,
-        provider, budget or failed); what it spent until then still counts."""
+        provider, budget, failed, or killed: the session was killed mid-turn); what it
+        spent until then still counts."""
         self.turns += 1
         self.cost_usd += cost_usd
         self.in_turn = False

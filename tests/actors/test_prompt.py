@@ -538,3 +538,22 @@ def test_append_memory_from_two_threads_at_once_loses_nothing(tmp_path: Path) ->
     lines = (tmp_path / "MEMORY.md").read_text().splitlines()
     assert sorted(line for line in lines if line.startswith("- ")) == sorted(
         f"- fact {n}-{k}" for n in range(8) for k in range(20))
+
+
+def test_append_memory_follows_a_link_that_stays_in_the_workspace(tmp_path: Path) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "memory.md").write_text("- old\n")
+    (tmp_path / "MEMORY.md").symlink_to(notes / "memory.md")
+    assert append_memory(tmp_path, ["new"], DAY) == ["new"]
+    assert (tmp_path / "MEMORY.md").is_symlink()  # the link stays; its target has the fact
+    assert (notes / "memory.md").read_text().endswith("- new\n")
+
+
+def test_a_new_memory_file_gets_the_umask_s_mode(tmp_path: Path) -> None:
+    old = os.umask(0o027)
+    try:
+        append_memory(tmp_path, ["a fact"], DAY)
+    finally:
+        os.umask(old)
+    assert oct((tmp_path / "MEMORY.md").stat().st_mode & 0o777) == "0o640"

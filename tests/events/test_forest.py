@@ -600,6 +600,16 @@ def test_delete_reparent_moves_the_children_to_the_grandparent(forest: Forest) -
     assert texts(forest.path(bye)) == ["be brief", "hello world", "bye"]
 
 
+def test_a_reparent_delete_of_a_split_s_first_part_leaves_the_rest_a_message_of_its_own(
+        forest: Forest) -> None:
+    _root, _user, reply, bye = chat(forest)
+    first = forest.split(bye, 2)  # "by" + "e": bye continues first
+    assert forest.node(bye).continues
+    forest.delete(first, mode="reparent")
+    moved = forest.node(bye)
+    assert moved.parent == reply and not moved.continues
+
+
 def test_delete_refusals(forest: Forest) -> None:
     root, user, _, _ = chat(forest)
     refused(forest, RootOperationError, "cannot delete root", lambda: forest.delete(root))

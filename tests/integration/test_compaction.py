@@ -11,7 +11,7 @@ from typing import Any
 
 from actors.context import MEMORY_PROMPT, SUMMARY_PREFIX, SUMMARY_PROMPT
 from tests.conftest import Engine
-from tests.helpers import say
+from tests.helpers import say, wait_until
 
 # A 10,000-token window leaves the budget's floor, 8,192 tokens: compaction starts at
 # 5,734. Each message below is about 2,000 tokens, so the third turn crosses the line
@@ -183,3 +183,42 @@ def test_a_failed_compaction_is_not_tried_again_in_the_same_turn(
     assert len(llm.requests) == 5
     assert names(host, sid).count("CompactionFailed") == 1
     assert "HistoryCompacted" not in names(host, sid)
+
+
+def test_a_fork_from_a_compacted_path_keeps_the_rules_that_fired_before_the_summary(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any], tmp_path: Path,
+) -> None:
+    """A rule's reminder summarized away by a compaction still fired: a fork at a node
+    whose path starts from that summary keeps it as fired (``once`` stays once)."""
+    from actors.runtime import ask
+    from events.messages import Accepted, ForkSession, TreeQuery, TreeView
+
+    rules = tmp_path / "rules"
+    rules.mkdir(exist_ok=True)
+    (rules / "no-todo.md").write_text('---\nname: "no-todo"\ntrigger: "TODO"\n---\n'
+                                      "Finish the work.\n")
+    host, _, _ = engine(f"""
+responses:
+  - match: "first"
+    blocks: [{{text: "A TODO for later"}}]
+  - match: "Finish the work"
+    blocks: [{{text: "Noted one."}}]
+  - match: "second"
+    blocks: [{{text: "Noted two."}}]
+  - match: "<conversation>"
+    blocks: [{{text: "NONE"}}]
+  - match: "<conversation>"
+    blocks: [{{text: {json.dumps("The user sent notes; a TODO was refused.")}}}]
+  - match: "third"
+    blocks: [{{text: "Noted three."}}]
+""", context_window=WINDOW)
+    sid = three_turns(host, watch_channel(host, "test"))
+    assert "HistoryCompacted" in names(host, sid) and "TtsrInterrupted" in names(host, sid)
+    nodes = ask(host.bus, host.subjects.manager, TreeQuery(session_id=sid), TreeView).nodes
+    last = next(n for n in nodes if n.text == "Noted three.")
+    fork = ask(host.bus, host.subjects.manager, ForkSession(
+        session_id=sid, at_node=last.node_id), Accepted).session_id
+    wait_until(lambda: host.app.session(fork) is not None, "the fork stored")
+    forked = host.app.session(fork)
+    assert forked is not None and forked.fired_rules == ["no-todo"]
+    assert forked.history[0].content[0].text.startswith(SUMMARY_PREFIX)  # type: ignore[union-attr]

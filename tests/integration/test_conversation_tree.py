@@ -394,6 +394,7 @@ def test_tree_branch_edit_and_generate_from_the_command_line(
     forked = tether("fork", sid, "--at", user.node_id[:8])
     assert forked.returncode == 0, forked.stderr
     fork_id = forked.stdout.split(" into ")[1].split(";")[0]
+    wait_until(lambda: host.app.session(fork_id) is not None, "the fork stored")
     fork = host.app.session(fork_id)
     assert fork is not None and fork.forked_from == sid
     assert [(t.role, t.content[0].text) for t in fork.history] == [  # type: ignore[union-attr]
@@ -560,6 +561,8 @@ responses:
     delay_ms: 30
     blocks:
       - text: "Once upon a time there was a very long story that took ages to tell."
+  - match: "short one"
+    blocks: [{text: "The end."}]
 """)
     watcher = GenerationWatcher(host)
     channel = watch_channel(host, "test")
@@ -571,3 +574,12 @@ responses:
     assert kinds(events) == ["ProviderRequest", "GenerationError"]
     assert events[-1].kind == "aborted" and events[-1].message.startswith("killed")
     assert watcher.events.empty() and len(llm.requests) == 1
+    # The killed turn is recorded as ended, and the kill is told once (not as a failure)
+    channel.wait_for("status")
+    failed = [e for e in host.app.session_events(sid) if type(e).__name__ == "TurnFailed"]
+    assert [(e.kind, e.error.startswith("killed")) for e in failed] == [("killed", True)]
+    assert not [m for m in channel.seen if m.kind == "failed"]
+    # A resumed session's next turn is another turn, with a number of its own
+    say(host, "a short one then", sid)
+    again = watcher.until_end()
+    assert {e.turn for e in again} == {events[0].turn + 1}

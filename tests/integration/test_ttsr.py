@@ -441,6 +441,10 @@ responses:
         session_id=sid, at_node=before.node_id), Accepted).session_id
     late = ask(host.bus, host.subjects.manager, ForkSession(
         session_id=sid, at_node=after.node_id), Accepted).session_id
+    from tests.helpers import wait_until
+
+    wait_until(lambda: None not in (host.app.session(early), host.app.session(late)),
+               "both forks stored")
     forked_early, forked_late = host.app.session(early), host.app.session(late)
     assert forked_early is not None and forked_early.fired_rules == []
     assert host.app.rule_log(early) is None
