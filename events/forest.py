@@ -68,7 +68,8 @@ Rules (after the Forest of the conversation engine spec, seed 003):
   tool_use or tool_result blocks are refused.
 * ``delete(node, mode)``: ``cascade`` removes the node and everything under it;
   ``reparent`` removes only the node and puts its children, in order, where it stood
-  under its parent (a child that continued its text is a message of its own there). Roots cannot be deleted. Bookmarks on removed nodes go with them.
+  under its parent (a child that continued its text is a message of its own there).
+  Roots cannot be deleted. Bookmarks on removed nodes go with them.
 * bookmarks: named pointers to nodes, set or moved with ``bookmark`` and removed with
   ``remove_bookmark``.
 * navigation (queries, no events): ``path`` (root to node; a broken chain raises),
