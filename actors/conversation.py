@@ -140,11 +140,19 @@ def complete_messages(history: Sequence[Turn]) -> int:
         before, last = history[-2], history[-1]
         if before.role == "assistant" and last.role == "user" and any(
                 isinstance(b, ToolResultBlock) for b in last.content):
-            calls = {b.id for b in before.content if isinstance(b, ToolUseBlock)}
-            answered = {b.tool_use_id for b in last.content if isinstance(b, ToolResultBlock)}
-            if calls - answered:
+            unanswered, _ = _answers(before.content, last.content)
+            if unanswered:
                 return len(history) - 1
     return len(history)
+
+
+def _answers(before: Sequence[ContentBlock], after: Sequence[ContentBlock]
+             ) -> tuple[set[str], set[str]]:
+    """(the calls of ``before`` that ``after`` does not answer, the results in ``after``
+    of calls ``before`` did not make)."""
+    calls = {b.id for b in before if isinstance(b, ToolUseBlock)}
+    answered = {b.tool_use_id for b in after if isinstance(b, ToolResultBlock)}
+    return calls - answered, answered - calls
 
 
 def history_of(path: Sequence[Node]) -> list[Turn]:
@@ -169,17 +177,16 @@ def history_at(state: ForestState, node_id: str) -> list[Turn]:
         raise LookupError("that message calls tools and its results are not on the path: "
                           "pick the message of results below it, or the message before it")
     for before, after in pairwise(path):
-        calls = {b.id for b in before.content if isinstance(b, ToolUseBlock)}
-        answered = {b.tool_use_id for b in after.content if isinstance(b, ToolResultBlock)}
-        if calls - answered:
+        unanswered, stray = _answers(before.content, after.content)
+        if unanswered:
             raise LookupError(
                 f"message {before.id} on that path calls tools the message after it does "
-                f"not answer ({', '.join(sorted(calls - answered))}): no session can stand "
+                f"not answer ({', '.join(sorted(unanswered))}): no session can stand "
                 "below it")
-        if answered - calls:
+        if stray:
             raise LookupError(
                 f"message {after.id} on that path holds results of calls the message "
-                f"before it did not make ({', '.join(sorted(answered - calls))}): no "
+                f"before it did not make ({', '.join(sorted(stray))}): no "
                 "session can stand there or below it")
     return history_of(path)
 

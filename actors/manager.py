@@ -33,10 +33,8 @@ from events.forest import ForestError
 from events.inbox import RefusedMessage
 from events.messages import (
     Accepted,
-    BookmarkNode,
     BranchTo,
     ChannelMessage,
-    DeleteNode,
     EditNode,
     ErrorReply,
     ForkSession,
@@ -46,7 +44,6 @@ from events.messages import (
     ListSessions,
     SessionList,
     SessionSummary,
-    SplitNode,
     TextBlock,
     TreeCommand,
     TreeQuery,
@@ -135,8 +132,7 @@ class SessionManagerActor(TetherActor):
             self._on_kill(message, envelope)
         elif isinstance(message, ForkSession):
             self._on_fork(message, envelope)
-        elif isinstance(message, (TreeQuery, BranchTo, EditNode, Generate, SplitNode,
-                                  DeleteNode, BookmarkNode)):
+        elif isinstance(message, TreeQuery | BranchTo | EditNode | Generate | TreeCommand):
             self._forward(message, envelope)
         elif isinstance(message, AskResult):
             self._on_killed(message)
@@ -267,8 +263,7 @@ class SessionManagerActor(TetherActor):
         names = self._taken_names()
         name = name_from_prompt(f"{source.name} fork", names)
         names.add(name)
-        history = source.history
-        fired = source.fired_rules
+        history, fired, only = source.history, source.fired_rules, None
         if message.at_node:
             found = self._node_path(source_id, message.at_node)
             if isinstance(found, str):
@@ -276,13 +271,11 @@ class SessionManagerActor(TetherActor):
                 return
             history = found
             fired = self._rules_on_path(source_id, history)
-            self._copy_rule_log(source_id, sid, before_turn=source.completed_turns,
-                                only=set(fired))
-        else:
-            if source.pending_tool_calls():  # forked mid-turn: drop the unanswered request
-                last = max(i for i, t in enumerate(history) if t.role == "assistant")
-                history = history[:last]
-            self._copy_rule_log(source_id, sid, before_turn=source.completed_turns)
+            only = set(fired)
+        elif source.pending_tool_calls():  # forked mid-turn: drop the unanswered request
+            last = max(i for i, t in enumerate(history) if t.role == "assistant")
+            history = history[:last]
+        self._copy_rule_log(source_id, sid, before_turn=source.completed_turns, only=only)
         self.live[sid] = self.spawn(sid, NewSession(
             name=name, workspace=source.workspace, channel=message.channel,
             budget_usd=self.limits.budget_usd,

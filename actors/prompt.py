@@ -188,8 +188,8 @@ def append_memory(workspace: str | os.PathLike[str], facts: Sequence[str],
     refused with an OSError saying why, and is left as it is. The new text replaces the
     file atomically (a temporary file renamed over it, its mode kept; a new file is made
     with the mode the umask gives), one writer per file at a time in this process, so a
-    crash or a second session flushing at once loses nothing. (Another process writing
-    the file meanwhile is not locked out: one engine serves a workspace.)"""
+    crash of the process or a second session flushing at once loses nothing. (Another
+    process writing the file meanwhile is not locked out: one engine serves a workspace.)"""
     root = Path(workspace)
     path = root / MEMORY_FILE
     with _MEMORY_LOCKS_GUARD:
@@ -214,10 +214,10 @@ def append_memory(workspace: str | os.PathLike[str], facts: Sequence[str],
         mode = stat.S_IMODE(target.stat().st_mode)
         fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=".MEMORY.", suffix=".tmp")
         try:
+            # No fsync: the session actor calls this in its handler, and a rename is
+            # atomic against a crash of the process, which is what is promised here.
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
             os.chmod(temporary, mode)
             os.replace(temporary, target)
         except BaseException:

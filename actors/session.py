@@ -135,7 +135,6 @@ from events.messages import (
     ProviderResponse,
     QuestionRequest,
     Reminder,
-    SplitNode,
     StreamDelta,
     TextBlock,
     ToolProposal,
@@ -143,6 +142,7 @@ from events.messages import (
     ToolResultNode,
     ToolUseBlock,
     TreeChanged,
+    TreeCommand,
     TreeQuery,
     TreeView,
     Usage,
@@ -471,7 +471,7 @@ class SessionActor(TetherActor):
             self.reply(envelope, self._tree_page(message))
         elif isinstance(message, (BranchTo, EditNode)):
             self.reply(envelope, self._move(message))
-        elif isinstance(message, (SplitNode, DeleteNode, BookmarkNode)):
+        elif isinstance(message, TreeCommand):
             self.reply(envelope, self._change_tree(message))
         elif isinstance(message, Generate):
             self._on_generate(message, envelope)
@@ -729,10 +729,9 @@ class SessionActor(TetherActor):
         self._sync_tree()
         self.alt_parent = self.mirror.cursor
         history = self.session.history
-        tools = self._tool_definitions()
         no_tools = self.gen is not None and not self.gen.tools
-        if no_tools and not _holds_tool_blocks(history):
-            tools = []
+        tools = ([] if no_tools and not _holds_tool_blocks(history)
+                 else self._tool_definitions())
         request = build_request(
             history,
             model=self.config.model,
@@ -828,14 +827,23 @@ class SessionActor(TetherActor):
             session_id=self.session_id, turn=self.gen_turn, seq=self.gen_seq,
             **fields))
 
-    def _move(self, message: BranchTo | EditNode) -> Branched | ErrorReply:
-        """Branch (or edit, then branch) to a node of the tree: the session's history
-        becomes the path to it. Only between turns."""
+    def _tree_between_turns(self) -> ErrorReply | None:
+        """Ready the tree for a change by the user (the store caught up, the history
+        mirrored), or why not: only between turns (a running turn is never changed under
+        it)."""
         if self.phase != "idle" or self.session.queued:
             return ErrorReply(error="busy", reason="a turn is running; try again when it "
                               "is done (or /stop it)")
         self._refresh()
         self._sync_tree(publish=False)
+        return None
+
+    def _move(self, message: BranchTo | EditNode) -> Branched | ErrorReply:
+        """Branch (or edit, then branch) to a node of the tree: the session's history
+        becomes the path to it. Only between turns."""
+        busy = self._tree_between_turns()
+        if busy is not None:
+            return busy
         try:
             node_id = resolve_node(self.forest.state, message.node_id)
             if isinstance(message, EditNode):
@@ -850,17 +858,14 @@ class SessionActor(TetherActor):
         return Branched(session_id=self.session_id, node_id=node_id,
                         messages=len(self.session.history))
 
-    def _change_tree(self, message: SplitNode | DeleteNode | BookmarkNode
-                     ) -> TreeChanged | ErrorReply:
+    def _change_tree(self, message: TreeCommand) -> TreeChanged | ErrorReply:
         """Split, delete or bookmark a node of the tree, only between turns. A delete
         never touches the session's path (move the session first); a split on it
         re-reads the history from the tree (recorded as MovedTo, the same messages in
         more nodes), so the history and the tree keep agreeing."""
-        if self.phase != "idle" or self.session.queued:
-            return ErrorReply(error="busy", reason="a turn is running; try again when it "
-                              "is done (or /stop it)")
-        self._refresh()
-        self._sync_tree(publish=False)
+        busy = self._tree_between_turns()
+        if busy is not None:
+            return busy
         state = self.forest.state
         cursor = self.mirror.cursor
         on_path = {node.id for node in state.path(cursor)} if cursor else set()

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from actors.context import is_summary_message, render_transcript
+from actors.context import is_summary_message, render_transcript, starts_turn
 from actors.ports import ModelRequest
-from events.messages import TextBlock, ToolResultBlock, ToolUseBlock
+from events.messages import TextBlock, ToolUseBlock
 from events.session import Turn
 
 TITLE_AFTER = 6
@@ -37,17 +37,10 @@ def exchange_messages(history: Sequence[Turn]) -> int:
     """The messages of ``history`` that are part of the exchanges: user messages with
     text (not only tool results) and the model's answers (text without tool calls). The
     rest of a message the tree holds in two parts and a compaction's summary are not."""
-    count = 0
-    for turn in history:
-        if turn.continues or is_summary_message(turn):
-            continue
-        if turn.role == "user":
-            count += any(isinstance(b, TextBlock) for b in turn.content) and not all(
-                isinstance(b, ToolResultBlock) for b in turn.content)
-        else:
-            count += any(isinstance(b, TextBlock) for b in turn.content) and not any(
-                isinstance(b, ToolUseBlock) for b in turn.content)
-    return count
+    return sum(1 for turn in history if not is_summary_message(turn) and (
+        starts_turn(turn) if turn.role == "user" else (
+            not turn.continues and any(isinstance(b, TextBlock) for b in turn.content)
+            and not any(isinstance(b, ToolUseBlock) for b in turn.content))))
 
 
 def title_request(history: Sequence[Turn | dict[str, Any]], *, model: str) -> ModelRequest:

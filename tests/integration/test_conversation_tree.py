@@ -331,16 +331,21 @@ responses:
     assert generation.count("ToolCallRefused") == 1
 
 
-def test_an_abort_yields_one_aborted_error_and_no_more_model_calls(
-    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
-) -> None:
-    host, _, llm = engine("""
+LONG_STORY = """
 responses:
   - match: "long story"
     chunk: 2
     delay_ms: 30
     blocks:
       - text: "Once upon a time there was a very long story that took ages to tell."
+"""
+"""A reply streamed slowly (2 characters every 30 ms): time to stop or kill it."""
+
+
+def test_an_abort_yields_one_aborted_error_and_no_more_model_calls(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    host, _, llm = engine(LONG_STORY + """
       - tool_use: {name: list_dir, input: {path: "."}}
 """)
     watcher = GenerationWatcher(host)
@@ -554,13 +559,7 @@ def test_a_kill_mid_stream_ends_the_generation_with_one_aborted_error(
 ) -> None:
     from events.messages import Killed, KillSession
 
-    host, _, llm = engine("""
-responses:
-  - match: "long story"
-    chunk: 2
-    delay_ms: 30
-    blocks:
-      - text: "Once upon a time there was a very long story that took ages to tell."
+    host, _, llm = engine(LONG_STORY + """
   - match: "short one"
     blocks: [{text: "The end."}]
 """)
