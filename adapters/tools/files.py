@@ -1,13 +1,97 @@
-"""The file tools: ``read_file``, ``write_file``, ``edit_file`` and ``list_dir``."""
+"""The file tools: ``read_file``, ``write_file``, ``edit_file`` and ``list_dir``.
+
+Every path is resolved beneath the workspace's directory descriptor (:mod:`.beneath`), never
+checked as a string and opened later: a symlink, a ``..`` or a folder swapped for a symlink
+in the meantime cannot lead a tool out of the workspace. Writes replace the file (a new file
+renamed over it), so a hard link is never written through. A final symlink that stays inside
+the workspace is followed: ``write_file`` and ``edit_file`` replace its target and keep the
+link. FIFOs, sockets and devices are refused ("not a regular file") without blocking.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
+import posixpath
+import stat
 
-from actors.gatekeeper_policy import resolve_in_workspace
 from actors.ports import ToolOutput
 from adapters.tools.base import ToolError, ToolLimits, plural
+from adapters.tools.beneath import (
+    READ_FLAGS,
+    ChangedError,
+    EscapeError,
+    NotRegularError,
+    Root,
+    closing_fd,
+    confined,
+    listdir_fd,
+    open_beneath,
+    stat_beneath,
+    write_beneath,
+)
 from adapters.tools.schemas import EditFileInput, ListDirInput, ReadFileInput, WriteFileInput
+
+#: Errors that mean "nothing there" (a missing part, or a file where a folder was needed).
+_MISSING = (errno.ENOENT, errno.ENOTDIR)
+
+
+def open_to_read(root: Root, rel: str, path: str) -> tuple[int, os.stat_result]:
+    """``rel`` opened for reading beneath the root, without blocking, and its ``fstat``;
+    ``FileNotFoundError`` when it does not exist, :class:`NotRegularError` for a FIFO or
+    socket that cannot be opened. The caller closes the descriptor."""
+    try:
+        fd = open_beneath(root, rel, READ_FLAGS)
+    except OSError as err:
+        if isinstance(err, EscapeError):
+            raise
+        if err.errno in _MISSING:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path) from err
+        if err.errno == errno.ENXIO:  # a socket
+            raise NotRegularError(path) from err
+        raise
+    return fd, os.fstat(fd)
+
+
+def _read_regular(root: Root, rel: str, path: str) -> tuple[bytes, os.stat_result]:
+    """The bytes of regular file ``rel`` (ToolError for anything else) and its ``fstat``,
+    read through one descriptor."""
+    try:
+        fd, st = open_to_read(root, rel, path)
+    except FileNotFoundError as err:
+        raise ToolError(f"file not found: {path}; use write_file to create a file") from err
+    except NotRegularError as err:
+        raise ToolError(f"{path} is not a regular file") from err
+    with closing_fd(fd):
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolError(f"{path} is not a regular file")
+        chunks: list[bytes] = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+    return b"".join(chunks), st
+
+
+def _replace_file(
+    root: Root,
+    rel: str,
+    path: str,
+    data: bytes,
+    *,
+    make_parents: bool,
+    expect: os.stat_result | None = None,
+) -> None:
+    """Replace file ``rel`` beneath the root by ``data`` (:func:`.beneath.write_beneath`:
+    never through a hard link, a final symlink inside followed), with the tools' messages."""
+    try:
+        write_beneath(root, rel, data, make_parents=make_parents, expect=expect)
+    except IsADirectoryError as err:
+        raise ToolError(f"{path} is a folder; give a file path") from err
+    except NotRegularError as err:
+        raise ToolError(f"{path} is not a regular file") from err
+    except NotADirectoryError as err:
+        raise ToolError(f"cannot write {path}: a part of it is a file, not a folder") from err
+    except ChangedError as err:
+        raise ToolError(f"{path} was replaced while it was being edited; read it again") from err
 
 
 def _span(content: str, start: int, text: str) -> str:
@@ -18,22 +102,29 @@ def _span(content: str, start: int, text: str) -> str:
     return f"line {first}" if last == first else f"lines {first}-{last}"
 
 
-
 class FileTools(ToolLimits):
     """Reading, writing, editing and listing files inside the workspace."""
 
     def _read_file(self, args: ReadFileInput, workspace: str) -> ToolOutput:
-        target = self._confine(args.path, workspace)
-        if not os.path.exists(target):
-            raise ToolError(f"file not found: {args.path}")
-        if os.path.isdir(target):
+        with confined(workspace, args.path) as (root, rel):
+            try:
+                fd, st = open_to_read(root, rel, args.path)
+            except FileNotFoundError as err:
+                raise ToolError(f"file not found: {args.path}") from err
+            except NotRegularError as err:
+                raise ToolError(f"{args.path} is not a regular file") from err
+        if stat.S_ISDIR(st.st_mode):
+            os.close(fd)
             raise ToolError(f"{args.path} is a folder, not a file; use list_dir")
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise ToolError(f"{args.path} is not a regular file")
         pieces: list[str] = []
         size = 0
         shown = 0
         total = 0
         truncated = False
-        with open(target, encoding="utf-8", errors="replace", newline="") as handle:
+        with open(fd, encoding="utf-8", errors="replace", newline="") as handle:
             for line in handle:
                 total += 1
                 if total <= args.offset or truncated:
@@ -60,25 +151,20 @@ class FileTools(ToolLimits):
         return ToolOutput(content)
 
     def _write_file(self, args: WriteFileInput, workspace: str) -> ToolOutput:
-        target = self._confine(args.path, workspace)
-        if os.path.isdir(target):
-            raise ToolError(f"{args.path} is a folder; give a file path")
-        parent = os.path.dirname(target)
-        os.makedirs(parent, exist_ok=True)
-        # Folders just created cannot be symlinks, but check the result once more.
-        if resolve_in_workspace(parent, workspace) is None:
-            raise ToolError(f"refused: path {args.path} is outside the workspace {workspace}")
         data = args.content.encode("utf-8")
-        with open(target, "wb") as handle:
-            handle.write(data)
+        with confined(workspace, args.path) as (root, rel):
+            _replace_file(root, rel, args.path, data, make_parents=True)
         return ToolOutput(f"wrote {len(data)} bytes to {args.path}")
 
     def _edit_file(self, args: EditFileInput, workspace: str) -> ToolOutput:
-        target = self._confine(args.path, workspace)
-        if not os.path.exists(target):
-            raise ToolError(f"file not found: {args.path}; use write_file to create a file")
-        if not os.path.isfile(target):
-            raise ToolError(f"{args.path} is not a regular file")
+        with confined(workspace, args.path) as (root, rel):
+            return self._edit_beneath(args, root, rel)
+
+    @staticmethod
+    def _edit_beneath(args: EditFileInput, root: Root, rel: str) -> ToolOutput:
+        """The edit of regular file ``rel`` beneath the root: read through one descriptor,
+        written back by replacement (:func:`_replace_file`)."""
+        raw, before = _read_regular(root, rel, args.path)
         if not args.old_text:
             raise ToolError(
                 "old_text is empty; give the exact text to replace (write_file replaces "
@@ -86,8 +172,6 @@ class FileTools(ToolLimits):
             )
         if args.old_text == args.new_text:
             raise ToolError("old_text and new_text are the same; there is nothing to change")
-        with open(target, "rb") as handle:
-            raw = handle.read()
         try:
             content = raw.decode("utf-8")
         except UnicodeDecodeError as err:
@@ -118,8 +202,9 @@ class FileTools(ToolLimits):
                 f"replace every occurrence"
             )
         updated = content.replace(args.old_text, args.new_text)
-        with open(target, "wb") as handle:
-            handle.write(updated.encode("utf-8"))
+        _replace_file(
+            root, rel, args.path, updated.encode("utf-8"), make_parents=False, expect=before
+        )
         growth = len(args.new_text) - len(args.old_text)
         changes = [
             f"{_span(content, o, args.old_text)} -> {_span(updated, o + i * growth, args.new_text)}"
@@ -131,13 +216,34 @@ class FileTools(ToolLimits):
         return ToolOutput(f"edited {args.path}: {summary}: {'; '.join(changes)}")
 
     def _list_dir(self, args: ListDirInput, workspace: str) -> ToolOutput:
-        target = self._confine(args.path, workspace)
-        if not os.path.exists(target):
-            raise ToolError(f"folder not found: {args.path}")
-        if not os.path.isdir(target):
-            raise ToolError(f"{args.path} is a file, not a folder; use read_file")
-        with os.scandir(target) as entries:
-            names = sorted(e.name + ("/" if e.is_dir() else "") for e in entries)
+        with confined(workspace, args.path) as (root, rel):
+            try:
+                fd, st = open_to_read(root, rel, args.path)
+            except (FileNotFoundError, NotRegularError) as err:
+                if isinstance(err, FileNotFoundError):
+                    raise ToolError(f"folder not found: {args.path}") from err
+                raise ToolError(f"{args.path} is a file, not a folder; use read_file") from err
+            with closing_fd(fd):
+                if not stat.S_ISDIR(st.st_mode):
+                    raise ToolError(f"{args.path} is a file, not a folder; use read_file")
+                entries = listdir_fd(fd)
+            names = [_listed(root, rel, name, kind) for name, kind in entries]
         if not names:
             return ToolOutput(f"{args.path} is empty")
-        return ToolOutput("\n".join(names))
+        return ToolOutput("\n".join(sorted(names)))
+
+
+def _listed(root: Root, folder: str, name: str, kind: str) -> str:
+    """How ``list_dir`` shows one entry: folders end in ``/``; a symlink is shown as what it
+    leads to beneath the workspace, or marked when it leads out (never followed out)."""
+    if kind == "dir":
+        return name + "/"
+    if kind != "link":
+        return name
+    try:
+        st = stat_beneath(root, posixpath.join(folder, name))
+    except EscapeError:
+        return f"{name}@ (symlink leading outside the workspace)"
+    except OSError:
+        return name  # dangling, or a loop
+    return name + "/" if stat.S_ISDIR(st.st_mode) else name

@@ -1,9 +1,18 @@
-"""The search tools: ``glob`` and ``grep``."""
+"""The search tools: ``glob`` and ``grep``.
+
+They walk folders through directory descriptors opened beneath the workspace
+(:mod:`.beneath`): a symlinked folder is never entered, a folder swapped for a symlink while
+the walk runs is not followed, and a file symlink counts only when it resolves to a regular
+file beneath the workspace. ``grep`` reads each file through a descriptor it checked with
+``fstat``: FIFOs, sockets and devices are skipped (never block).
+"""
 
 from __future__ import annotations
 
 import os
+import posixpath
 import re
+import stat
 
 from actors.ports import ToolOutput
 from actors.security.globs import glob_match
@@ -11,49 +20,167 @@ from actors.security.globs import glob_match
 # The credential-file test tier 1 applies to read paths: grep skips such files when it
 # walks a folder, so a broad search cannot read what read_file would have to ask for.
 from actors.security.heuristics import _credential_kind
-from adapters.tools.base import ToolError, ToolLimits, inside, plural
+from adapters.tools.base import ToolError, ToolLimits, plural
+from adapters.tools.beneath import (
+    READ_FLAGS,
+    NotRegularError,
+    Root,
+    closing_fd,
+    confined,
+    kind_of,
+    open_beneath,
+    realpath_beneath,
+    stat_beneath,
+)
+from adapters.tools.files import open_to_read
 from adapters.tools.schemas import GlobInput, GrepInput
 
 #: A ``grep`` line longer than this is cut (characters).
 MAX_LINE_CHARS = 400
 #: Folders the search tools never descend into (version-control internals).
 SKIPPED_FOLDERS = frozenset({".git", ".hg", ".svn"})
+_SUBDIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def _files_under(base: str, root: str) -> list[str]:
-    """The regular files below folder ``base``, as ``/`` paths relative to ``base``, sorted.
+def _shown(base: str, rel: str) -> str:
+    """Workspace-relative ``/`` path of ``rel`` found below the search folder ``base``."""
+    joined = posixpath.normpath(posixpath.join(base, rel))
+    return joined.lstrip("/") if joined != "." else rel
 
-    Never leaves ``root``: symlinked folders are not entered, and a file symlink counts only
-    when it leads to a regular file inside ``root``. Version-control folders are skipped;
-    unreadable folders are passed over.
+
+def _is_file_beneath(root: Root, path: str) -> bool:
+    """Does symlink ``path`` lead, beneath the root, to a regular file?"""
+    try:
+        return stat.S_ISREG(stat_beneath(root, path).st_mode)
+    except OSError:  # leads out (EscapeError), dangling, a loop
+        return False
+
+
+def _files_under(root: Root, base_fd: int, base: str) -> tuple[list[str], set[str]]:
+    """The regular files below the folder open as ``base_fd`` (``base`` relative to the
+    root), as ``/`` paths relative to ``base``, sorted, and which of them are symlinks.
+
+    Never leaves ``root``: each subfolder is opened from its parent's descriptor with
+    ``O_NOFOLLOW`` (a symlinked folder, or one swapped for a symlink, is not entered), and a
+    file symlink counts only when it leads to a regular file beneath the root. FIFOs,
+    sockets and devices are left out, version-control folders skipped, unreadable folders
+    passed over.
     """
     found: list[str] = []
-    for folder, subfolders, names in os.walk(base, followlinks=False):
-        subfolders[:] = [
-            d
-            for d in subfolders
-            if d not in SKIPPED_FOLDERS and not os.path.islink(os.path.join(folder, d))
-        ]
-        for name in names:
-            full = os.path.join(folder, name)
-            real = os.path.realpath(full) if os.path.islink(full) else full
-            if inside(real, root) and os.path.isfile(real):
-                found.append(os.path.relpath(full, base).replace(os.sep, "/"))
+    links: set[str] = set()
+    pending: list[tuple[int, str]] = [(os.dup(base_fd), "")]
+    try:
+        while pending:
+            fd, prefix = pending.pop()
+            with closing_fd(fd):
+                try:
+                    with os.scandir(fd) as scan:
+                        entries = [(e.name, kind_of(e)) for e in scan]
+                except OSError:
+                    continue
+                for name, kind in entries:
+                    rel = prefix + name
+                    if kind == "file":
+                        found.append(rel)
+                    elif kind == "link":
+                        if _is_file_beneath(root, posixpath.join(base, rel)):
+                            found.append(rel)
+                            links.add(rel)
+                    elif kind == "dir" and name not in SKIPPED_FOLDERS:
+                        try:
+                            child = os.open(name, _SUBDIR_FLAGS, dir_fd=fd)
+                        except OSError:
+                            continue
+                        pending.append((child, rel + "/"))
+    finally:
+        for fd, _ in pending:
+            os.close(fd)
     found.sort()
-    return found
+    return found, links
 
+
+class _Found:
+    """What one ``grep`` found: matching lines (at most ``limit``, then ``capped``) and the
+    files it skipped, by reason. Reads at most ``max_bytes + 1`` bytes of any file."""
+
+    def __init__(self, limit: int, max_bytes: int, regex: re.Pattern[str]) -> None:
+        self.limit = limit
+        self.max_bytes = max_bytes
+        self.regex = regex
+        self.lines: list[str] = []
+        self.skipped: dict[str, list[str]] = {"binary": [], "large": [], "credential": []}
+        self.capped = False
+
+    def search_path(self, root: Root, base: str, rel: str, is_link: bool) -> None:
+        """Search file ``rel`` found below folder ``base`` by the walk: reopened beneath the
+        root (gone, or now leading out: passed over) and searched only if still regular.
+        A credential file is skipped, by its name or, for a symlink, its target's."""
+        shown = _shown(base, rel)
+        path = posixpath.join(base, rel)
+        if _credential_kind(shown) is not None or (is_link and _credential_target(root, path)):
+            self.skipped["credential"].append(shown)
+            return
+        try:
+            fd = open_beneath(root, path, READ_FLAGS)
+        except OSError:
+            return
+        with closing_fd(fd):
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode):
+                self.search_fd(fd, st, shown)
+
+    def search_fd(self, fd: int, st: os.stat_result, shown: str) -> None:
+        """Search the regular file open as ``fd`` (shown as ``shown``)."""
+        if st.st_size > self.max_bytes:
+            self.skipped["large"].append(shown)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while size <= self.max_bytes and (chunk := os.read(fd, self.max_bytes + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+        if size > self.max_bytes:  # grew since fstat
+            self.skipped["large"].append(shown)
+            return
+        if b"\0" in data[:8192]:
+            self.skipped["binary"].append(shown)
+            return
+        pieces = data.decode("utf-8", errors="replace").split("\n")
+        if pieces and pieces[-1] == "":
+            pieces.pop()
+        for number, line in enumerate(pieces, 1):
+            line = line.removesuffix("\r")
+            if not self.regex.search(line):
+                continue
+            if len(self.lines) >= self.limit:
+                self.capped = True
+                return
+            if len(line) > MAX_LINE_CHARS:
+                line = line[:MAX_LINE_CHARS] + " [line cut]"
+            self.lines.append(f"{shown}:{number}:{line}")
+
+
+def _credential_target(root: Root, path: str) -> bool:
+    """Does symlink ``path`` lead to a credential file (by its resolved name)?"""
+    try:
+        return _credential_kind(realpath_beneath(root, path)) is not None
+    except OSError:
+        return False
 
 
 class SearchTools(ToolLimits):
     """Finding files by pattern and searching their text, inside the workspace."""
 
-    def _search_base(self, path: str, workspace: str) -> tuple[str, str]:
-        """The real workspace and the real folder or file ``path`` names inside it."""
-        root = os.path.realpath(workspace)
-        base = self._confine(path, workspace)
-        if not os.path.exists(base):
-            raise ToolError(f"path not found: {path}")
-        return root, base
+    @staticmethod
+    def _open_base(root: Root, rel: str, path: str) -> tuple[int, os.stat_result]:
+        """The folder or file ``path`` names beneath the root, opened, and its ``fstat``."""
+        try:
+            return open_to_read(root, rel, path)
+        except FileNotFoundError as err:
+            raise ToolError(f"path not found: {path}") from err
+        except NotRegularError as err:  # a socket
+            raise ToolError(f"{path} is not a regular file or folder") from err
 
     @staticmethod
     def _check_pattern(pattern: str, field: str) -> None:
@@ -67,14 +194,13 @@ class SearchTools(ToolLimits):
 
     def _glob(self, args: GlobInput, workspace: str) -> ToolOutput:
         self._check_pattern(args.pattern, "pattern")
-        root, base = self._search_base(args.path, workspace)
-        if not os.path.isdir(base):
-            raise ToolError(f"{args.path} is a file, not a folder; glob searches a folder")
-        matches = [
-            os.path.relpath(os.path.join(base, rel), root).replace(os.sep, "/")
-            for rel in _files_under(base, root)
-            if glob_match(args.pattern, rel)
-        ]
+        with confined(workspace, args.path) as (root, rel):
+            fd, st = self._open_base(root, rel, args.path)
+            with closing_fd(fd):
+                if not stat.S_ISDIR(st.st_mode):
+                    raise ToolError(f"{args.path} is a file, not a folder; glob searches a folder")
+                found, _ = _files_under(root, fd, rel)
+        matches = [_shown(rel, f) for f in found if glob_match(args.pattern, f)]
         if not matches:
             return ToolOutput(f"no files match {args.pattern!r} in {args.path}")
         shown = matches[: self.max_results]
@@ -97,56 +223,30 @@ class SearchTools(ToolLimits):
             ) from err
         if args.glob is not None:
             self._check_pattern(args.glob, "glob")
-        root, base = self._search_base(args.path, workspace)
-        if os.path.isdir(base):
-            candidates = _files_under(base, root)
-            if args.glob is not None:
-                use_path = "/" in args.glob
-                candidates = [
-                    rel
-                    for rel in candidates
-                    if glob_match(args.glob, rel if use_path else rel.rsplit("/", 1)[-1])
-                ]
-            files = [os.path.join(base, rel) for rel in candidates]
-            walked = True
-        elif os.path.isfile(base):
-            files = [base]
-            walked = False
-        else:
-            raise ToolError(f"{args.path} is not a regular file or folder")
         limit = min(args.max_results or self.max_results, self.max_results)
-        lines: list[str] = []
-        skipped: dict[str, list[str]] = {"binary": [], "large": [], "credential": []}
-        capped = False
-        for full in files:
-            shown = os.path.relpath(full, root).replace(os.sep, "/")
-            if walked and _credential_kind(shown) is not None:
-                skipped["credential"].append(shown)
-                continue
-            if os.path.getsize(full) > self.max_grep_file_bytes:
-                skipped["large"].append(shown)
-                continue
-            with open(full, "rb") as handle:
-                data = handle.read()
-            if b"\0" in data[:8192]:
-                skipped["binary"].append(shown)
-                continue
-            text = data.decode("utf-8", errors="replace")
-            pieces = text.split("\n")
-            if pieces and pieces[-1] == "":
-                pieces.pop()
-            for number, line in enumerate(pieces, 1):
-                line = line.removesuffix("\r")
-                if not regex.search(line):
-                    continue
-                if len(lines) >= limit:
-                    capped = True
-                    break
-                if len(line) > MAX_LINE_CHARS:
-                    line = line[:MAX_LINE_CHARS] + " [line cut]"
-                lines.append(f"{shown}:{number}:{line}")
-            if capped:
-                break
+        with confined(workspace, args.path) as (root, rel):
+            fd, st = self._open_base(root, rel, args.path)
+            with closing_fd(fd):
+                if stat.S_ISDIR(st.st_mode):
+                    candidates, links = _files_under(root, fd, rel)
+                    if args.glob is not None:
+                        use_path = "/" in args.glob
+                        candidates = [
+                            c
+                            for c in candidates
+                            if glob_match(args.glob, c if use_path else c.rsplit("/", 1)[-1])
+                        ]
+                    found = _Found(limit, self.max_grep_file_bytes, regex)
+                    for candidate in candidates:
+                        if found.capped:
+                            break
+                        found.search_path(root, rel, candidate, candidate in links)
+                elif stat.S_ISREG(st.st_mode):
+                    found = _Found(limit, self.max_grep_file_bytes, regex)
+                    found.search_fd(fd, st, _shown(rel, "."))
+                else:
+                    raise ToolError(f"{args.path} is not a regular file or folder")
+        lines, skipped, capped = found.lines, found.skipped, found.capped
         notes: list[str] = []
         if capped:
             notes.append(
