@@ -13,11 +13,13 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
 
 from events.messages import ContentBlock, TextBlock, Usage
+from events.sandbox import SandboxProfile
 
 # --- model --------------------------------------------------------------------------------
 
@@ -118,6 +120,21 @@ async def answer_of(provider: Provider, request: ModelRequest) -> tuple[str, Usa
     return "".join(b.text for b in done.content if isinstance(b, TextBlock)), done.usage
 
 
+@dataclass(frozen=True)
+class Grant:
+    """What the gatekeeper's verdict lets one call do beyond the default containment, and
+    the switch that stops it.
+
+    ``network``: the call may reach the network; ``writes``: absolute paths the verdict
+    judged it to write (a protected file among them stays writable, never deletable);
+    ``cancel``: set it and the call's processes are killed (a killed session, a stop).
+    """
+
+    network: bool = False
+    writes: tuple[str, ...] = ()
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
 class ToolExecutor(Protocol):
     """Runs built-in tools inside a workspace. Blocking: call it from a helper thread."""
 
@@ -135,8 +152,16 @@ class ToolExecutor(Protocol):
         """The group holding ``tool`` (None: not a grouped tool)."""
         ...
 
-    def execute(self, name: str, tool_input: dict[str, Any], workspace: str) -> ToolOutput:
-        """Run one tool call; never raises for a tool's own failure."""
+    def sandbox_profile(self, name: str, grant: Grant) -> SandboxProfile | None:
+        """The containment ``name`` would run under with ``grant`` (recorded before it
+        runs); None for a tool that starts no process."""
+        ...
+
+    def execute(
+        self, name: str, tool_input: dict[str, Any], workspace: str, grant: Grant | None = None
+    ) -> ToolOutput:
+        """Run one tool call under ``grant`` (None: no network, no protected writes);
+        never raises for a tool's own failure."""
         ...
 
 

@@ -68,6 +68,7 @@ from actors.modes import plan_file_for
 from actors.notices import full_input
 from actors.ports import (
     Clock,
+    Grant,
     MessageDone,
     ModelEvent,
     ModelRequest,
@@ -356,6 +357,8 @@ class SessionActor(TetherActor):
         self.unchecked_retries = 0
         self.reminders: list[Reminder] = []
         self.awaiting: Verdict | None = None
+        self.running: Grant | None = None
+        """The grant of the call running now: setting its ``cancel`` kills its processes."""
         self.waiting_call = ""
         """The call (or plan review) the session waits on in a WAITING phase."""
         self.review_is_call = False
@@ -426,13 +429,15 @@ class SessionActor(TetherActor):
             # The process (or this actor) stopped mid-turn: the turn is lost. Answer every
             # tool call left without a result, so the history stays valid for the model,
             # say what happened, and take up any queued message.
-            self._refuse_pending("the turn was interrupted by a restart before this call ran")
+            self._refuse_pending("the turn was interrupted by a restart before this call ran",
+                                 running="the engine stopped while this call ran")
             self._record_failure("the turn was interrupted by a restart")
         elif session.queued and session.status not in FINISHED:
             self._start_queued()  # a message was stored but its turn had not started
 
     def on_stop(self) -> None:
         self._cancel_stream()
+        self._stop_running()  # nothing it started may outlive the engine's record of it
 
     def on_failure_recorded(self, error: str) -> None:
         session = self.app.session(self.session_id)
@@ -1438,13 +1443,19 @@ class SessionActor(TetherActor):
             content = call.input.get("content") if call.name == "write_file" else None
             self.plan.candidate = content if isinstance(content, str) else ""
 
+        grant = Grant(network=verdict.network, writes=tuple(writes))
+        self.session.start_tool_call(call_id=call.id, tool=call.name,
+                                     sandbox=tools.sandbox_profile(call.name, grant))
+        self.app.save(self.session)  # durable before it runs: no end means interrupted
+        self.running = grant
+
         def run() -> None:
             snapshot = None
             try:
                 if store is not None and writes:
                     # Copy what the call is about to change, so `tether undo` can put it back.
                     snapshot = store.take(session_id, f"{generation}-{call.id}", writes)
-                output = tools.execute(call.name, call.input, workspace)
+                output = tools.execute(call.name, call.input, workspace, grant)
             except OSError as exc:
                 output = ToolOutput(f"not run: could not snapshot the files it changes: {exc}",
                                     True)
@@ -1469,6 +1480,7 @@ class SessionActor(TetherActor):
             return
         if self.tool_queue[0].id != message.call_id:
             return
+        self.running = None
         if message.snapshot is not None:
             self.session.record_snapshot(
                 call_id=message.call_id,
@@ -1635,14 +1647,23 @@ class SessionActor(TetherActor):
         if self.session.queued and self.session.status not in FINISHED:
             self._start_queued()
 
-    def _refuse_pending(self, reason: str) -> None:
-        """Give every tool call of the last assistant message a result (unsaved)."""
+    def _refuse_pending(self, reason: str, *, running: str = "") -> None:
+        """Give every tool call of the last assistant message a result (unsaved): the
+        one running is stopped and recorded as interrupted (``running`` saying why, else
+        ``reason``), the others as refused."""
         for call in self.session.pending_tool_calls():
-            if self.phase == "executing" and self.tool_queue and self.tool_queue[0].id == call.id:
-                why = f"{reason}; it was running, so its outcome is unknown"
+            if call.id == self.session.running_call:
+                self._stop_running()
+                self.session.interrupt_tool_call(call_id=call.id, tool=call.name,
+                                                 reason=running or reason)
             else:
-                why = reason
-            self.session.refuse_tool_call(call_id=call.id, reason=why)
+                self.session.refuse_tool_call(call_id=call.id, reason=reason)
+
+    def _stop_running(self) -> None:
+        """Kill the processes of the call running now, if any."""
+        running, self.running = self.running, None
+        if running is not None:
+            running.cancel.set()
 
     def _cancel_interactions(self, reason: str) -> None:
         if self.phase in WAITING:
@@ -1655,7 +1676,9 @@ class SessionActor(TetherActor):
         self._cancel_interactions(reason)
         self._cancel_stream()
         self.reminders = []
-        self._refuse_pending("the session was killed before this call finished")
+        self._refuse_pending("the session was killed before this call ran",
+                             running="the session was killed while this call ran; its "
+                                     "processes were stopped")
         self.tool_queue.clear()
         if in_turn:
             # The turn ends here: recorded (kind "killed", whose notice the kill's own

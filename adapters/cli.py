@@ -94,7 +94,21 @@ def _wait_for_signal() -> None:
 def cmd_config(args: argparse.Namespace) -> int:
     loaded = load_settings_with_sources(config_path=args.config)
     print(render_settings(loaded.settings, loaded.sources))
+    print(_sandbox_text(loaded.settings).splitlines()[0])
     return 0
+
+
+def _sandbox_text(settings: Settings) -> str:
+    from adapters.sandbox import probe, render_report
+
+    return render_report(None if settings.sandbox == "off" else probe())
+
+
+def cmd_sandbox(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    text = _sandbox_text(settings)
+    print(text)
+    return 0 if settings.sandbox == "off" or "UNAVAILABLE" not in text else 1
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -107,11 +121,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host = Host(settings, provider=provider, serve_http=True)
     host.start()
     try:
+        from adapters.sandbox import render_report
+
         print(
             f"tether: serving on {host.nats_url} (namespace {host.subjects.namespace}); "
             f"send UserMessage JSON to {host.subjects.inbox}; Ctrl-C stops",
             flush=True,
         )
+        print(f"tether: {render_report(host.sandbox_report).splitlines()[0]}", flush=True)
         if settings.http_port:
             print(f"tether: HTTP connector on {host.http.url} (POST /messages, "
                   "GET /sessions/ID/events, GET /metrics)", flush=True)
@@ -605,7 +622,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     for e in entries:
         print(f"{e.proposed_at[:19]}  {e.session_id}  {e.user}@{e.channel}  {e.tool} "
               f"{e.input_summary}\n    {e.verdict or '-'} by {e.approver or '-'}: {e.reason} "
-              f"-> {e.outcome}  [hash {e.action_hash[:12]}]")
+              f"-> {e.outcome}  [hash {e.action_hash[:12]}]"
+              + (f"\n    contained: {e.sandbox}" if e.sandbox else ""))
     return 0
 
 
@@ -717,6 +735,16 @@ def build_parser() -> argparse.ArgumentParser:
     add("demo", "run a short scripted conversation that shows every actor, then print the "
         "session view and its event timeline", cmd_demo)
     add("sessions", "list sessions from the session view", cmd_sessions)
+    sandbox = sub.add_parser(
+        "sandbox", help="the sandbox shell, git and MCP stdio processes run in",
+        description="What the sandbox (bubblewrap) can do on this machine.")
+    sandbox_sub = sandbox.add_subparsers(dest="sandbox_command", metavar="ACTION",
+                                         required=True)
+    sandbox_sub.add_parser(
+        "check", help="run the sandbox once and say what holds: namespaces, read-only file "
+        "system, network off, limits (exit 1 when shell tools would be refused)",
+        description="Run one tiny command in the sandbox and report each part it relies "
+        "on.").set_defaults(func=cmd_sandbox)
     telegram = add("telegram", "connect a Telegram bot to the running engine (token: "
                    "telegram_token); replies stream into the chat, edited in place",
                    cmd_telegram)

@@ -40,6 +40,7 @@ from actors.security import ProtectionConfig
 from actors.tier2 import Tier2Settings
 from actors.ttsr_policy import TtsrSettings
 from events.messages import Mode
+from events.sandbox import SandboxLimits
 
 __all__ = [
     "ENV_VARS",
@@ -219,6 +220,16 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     deny_tools: list[str] = msgspec.field(default_factory=list)
     deny_commands: list[str] | None = None
     shell_timeout: PositiveFloat = 30.0
+    sandbox: Literal["bubblewrap", "off"] = "bubblewrap"
+    """Where shell, git and MCP stdio processes run: ``bubblewrap`` (the workspace the only
+    writable place, protected files read-only, no network unless a verdict grants it;
+    where it cannot run, those tools are refused) or ``off`` (plain processes: every
+    shell call is asked of a person)."""
+    limits: SandboxLimits = msgspec.field(default_factory=SandboxLimits)
+    """The ``[limits]`` table of each sandboxed call: cpu_seconds, memory_mb,
+    file_size_mb, processes (the wall-clock bound is ``shell_timeout``)."""
+    sandbox_home: list[str] = msgspec.field(default_factory=lambda: [".gitconfig"])
+    """Entries of the user's home a sandboxed process may read; the rest is hidden."""
     nats_server: str = ""
     policy_file: str = ""
     """The gatekeeper's tier-0 policy (YAML); empty: the built-in default policy."""
@@ -264,6 +275,7 @@ ENV_VARS: Final[dict[str, str]] = {
     "TETHER_IDLE_TIMEOUT": "idle_timeout",
     "TETHER_BUDGET_USD": "budget_usd",
     "TETHER_SHELL_TIMEOUT": "shell_timeout",
+    "TETHER_SANDBOX": "sandbox",
     "TETHER_DENY_TOOLS": "deny_tools",
     "TETHER_NATS_SERVER": "nats_server",
     "TETHER_POLICY_FILE": "policy_file",

@@ -37,9 +37,11 @@ from adapters.http_api import HttpApi
 from adapters.nats_bus import NatsBus
 from adapters.nats_server import EmbeddedNats
 from adapters.relay import EventRelay
+from adapters.sandbox import Placeholders, Sandbox, SandboxReport, probe
 from adapters.snapshots import SnapshotStore
 from adapters.store import open_application, open_view
 from adapters.tools import BuiltinTools
+from adapters.tools.shell import Unconfined
 from events.application import TetherApplication
 from events.messages import (
     BarrierCheck,
@@ -74,6 +76,33 @@ _SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|DATABASE
 def tool_environment() -> dict[str, str]:
     """The environment shell tools run with: this process's, less anything secret."""
     return {k: v for k, v in os.environ.items() if not _SECRET_ENV.search(k)}
+
+
+def build_sandbox(settings: Settings) -> tuple[Sandbox | Unconfined, SandboxReport | None]:
+    """The containment the settings ask for, with the probe's report (None when off).
+
+    ``sandbox = "off"``: plain processes. Otherwise bubblewrap when the probe shows it
+    holds here, else the refusal every process tool answers with. Placeholders left by an
+    engine that died mid-call are removed first.
+    """
+    if settings.sandbox == "off":
+        return Unconfined(True, 'sandbox = "off" in the settings'), None
+    report = probe()
+    if not report.usable:
+        return Unconfined(False, report.reason), report
+    placeholders = Placeholders(os.path.join(settings.state_dir, "sandbox-placeholders.json"))
+    for path in placeholders.sweep():
+        log.warning("removed a sandbox placeholder left by a stopped engine: %s", path)
+    protection = settings.protection
+    return Sandbox(
+        report.bwrap, report.prlimit,
+        protected=(*protection.identity_files, *protection.memory_files,
+                   *protection.config_files),
+        limits=settings.limits,
+        home_visible=settings.sandbox_home,
+        hidden=(settings.state_dir,),
+        placeholders=placeholders,
+    ), report
 
 
 def known_secrets(settings: Settings) -> list[str]:
@@ -143,6 +172,8 @@ class Host:
         self.provider = provider
         self.mcp: McpTools | None = None
         self.clock = clock or SystemClock()
+        self.sandbox: Sandbox | Unconfined | None = None
+        self.sandbox_report: SandboxReport | None = None
         self.tools = tools or self._default_tools()
         self.ids = ids or RandomIds()
         self.canaries = canaries or RandomIds()
@@ -160,8 +191,10 @@ class Host:
     def _default_tools(self) -> ToolExecutor:
         """The built-in tools, plus the MCP servers' groups when the settings name any
         (connected in :meth:`start`, closed in :meth:`stop`)."""
+        self.sandbox, self.sandbox_report = build_sandbox(self.settings)
         builtin = BuiltinTools(timeout=self.settings.shell_timeout, env=tool_environment(),
-                               clock=self.clock.now)  # current_date tells the engine's time
+                               clock=self.clock.now,  # current_date tells the engine's time
+                               sandbox=self.sandbox)
         if not self.settings.mcp.servers:
             return builtin
         from adapters.mcp_tools import McpTools, WithMcpTools  # the SDK loads slowly

@@ -64,9 +64,10 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 from mcp.shared.message import SessionMessage
 
-from actors.ports import ToolExecutor, ToolOutput
+from actors.ports import Grant, ToolExecutor, ToolOutput
 from actors.security.action import ReadOnlyTools
 from adapters.config import McpServer, McpSettings
+from events.sandbox import SandboxProfile
 
 log = logging.getLogger(__name__)
 
@@ -856,8 +857,14 @@ class WithMcpTools:
         return ((self.builtin.definitions(builtin) if builtin else [])
                 + self.mcp.definitions([g for g in wanted if g not in builtin]))
 
-    def execute(self, name: str, tool_input: dict[str, Any], workspace: str) -> ToolOutput:
+    def sandbox_profile(self, name: str, grant: Grant) -> SandboxProfile | None:
+        """The built-in tool's containment; an MCP call runs in its server's process."""
+        return None if self.mcp.owns(name) else self.builtin.sandbox_profile(name, grant)
+
+    def execute(
+        self, name: str, tool_input: dict[str, Any], workspace: str, grant: Grant | None = None
+    ) -> ToolOutput:
         """Run the call on whichever executor holds ``name``; never raises."""
         if self.mcp.owns(name):
             return self.mcp.execute(name, tool_input, workspace)
-        return self.builtin.execute(name, tool_input, workspace)
+        return self.builtin.execute(name, tool_input, workspace, grant)

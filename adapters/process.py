@@ -9,7 +9,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 
@@ -61,20 +61,37 @@ def _drain(fd: int, buffer: CappedBuffer) -> None:
 
 
 class Finished(NamedTuple):
-    """A finished (or killed) process: its exit code and its capped, combined output."""
+    """A finished (or killed) process: its exit code, its capped, combined output, and why
+    it was killed (``timed_out``, or ``stopped``: cancelled or over a limit, with a line
+    saying which)."""
 
     code: int
     timed_out: bool
     output: str
+    stopped: str = ""
 
+
+#: How often a running process is checked for cancellation and its watchdog asked.
+POLL_SECONDS = 0.05
 
 
 def run_process(
-    argv: list[str], cwd: str, env: Mapping[str, str] | None, *, timeout: float, cap: int
+    argv: list[str],
+    cwd: str,
+    env: Mapping[str, str] | None,
+    *,
+    timeout: float,
+    cap: int,
+    cancel: threading.Event | None = None,
+    watchdog: Callable[[int], str] | None = None,
 ) -> Finished:
     """Run ``argv`` in ``cwd`` in its own process group, capturing stdout and stderr
-    together (at most ``cap`` bytes kept, the middle shortened); killed with its whole
-    group when ``timeout`` seconds run out. Raises ``OSError`` when it cannot start."""
+    together (at most ``cap`` bytes kept, the middle shortened).
+
+    The whole group is killed when ``timeout`` seconds run out, when ``cancel`` is set, or
+    when ``watchdog(pid)`` (asked every :data:`POLL_SECONDS`) returns a reason. Raises
+    ``OSError`` when it cannot start.
+    """
     read_fd, write_fd = os.pipe()
     try:
         proc = subprocess.Popen(
@@ -96,19 +113,31 @@ def run_process(
     reader = threading.Thread(target=_drain, args=(read_fd, buffer), daemon=True)
     reader.start()
     deadline = time.monotonic() + timeout
-    timed_out = False
-    try:
-        proc.wait(timeout=timeout)
-        # Background children may still hold the output open; they share the deadline.
-        reader.join(max(deadline - time.monotonic(), 0.0))
-        timed_out = reader.is_alive()
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    if timed_out:
+    stopped = ""
+    # Background children may still hold the output open after the first process ends:
+    # they share the deadline, so wait for the output's end, not only the process's.
+    while reader.is_alive() or proc.poll() is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        if cancel is not None and cancel.is_set():
+            stopped = "cancelled: the call was stopped"
+            break
+        if reader.is_alive():
+            reader.join(min(left, POLL_SECONDS))
+        else:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(min(left, POLL_SECONDS))
+        if watchdog is not None and proc.poll() is None:
+            stopped = watchdog(proc.pid)
+            if stopped:
+                break
+    timed_out = not stopped and (reader.is_alive() or proc.poll() is None)
+    if timed_out or stopped:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         # A process that left the group may still hold the pipe: the daemon reader then
         # ends (and closes it) when that process does; report what arrived so far.
         reader.join(2.0)
-    return Finished(proc.returncode, timed_out, buffer.text())
+    return Finished(proc.returncode, timed_out, buffer.text(), stopped)

@@ -529,6 +529,9 @@ class Verdict(Message):
     """For ``escalate``: who must decide (2: the LLM evaluator, 3: a person)."""
     writes: list[str] = []
     """Absolute paths the call writes or deletes (snapshotted before it runs)."""
+    network: bool = False
+    """The call may reach the network (its sandbox keeps the host's network): granted
+    with an allow or, for an escalation, by the person who approves it."""
 
 
 # --- interactions -----------------------------------------------------------------------

@@ -15,6 +15,7 @@ import msgspec
 from eventsourcing.domain import Aggregate, event
 
 from events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock, Usage
+from events.sandbox import SandboxProfile
 
 STATUSES = ("starting", "running", "completed", "failed", "killed")
 LEGACY_STATUSES = {"waiting": "running"}
@@ -46,6 +47,13 @@ class QueuedMessage(msgspec.Struct):
     text: str
     channel: str
     user: str
+
+
+def interrupted_result(reason: str) -> str:
+    """What the model is told of a call interrupted mid-run."""
+    return (f"interrupted: {reason}. It started but its end was never recorded, so its "
+            f"outcome is unknown: it may have done part of its work, or all of it. Check "
+            f"the workspace before running it again.")
 
 
 class Session(Aggregate):
@@ -108,6 +116,8 @@ class Session(Aggregate):
         self.mode = "default"
         self.auto_approve: list[str] = []
         self.plan = ""
+        self.running_call = ""
+        """The call that started and has not ended (ToolCallStarted without a result)."""
 
     @event("UserMessageQueued")
     def queue_user_message(self, text: str, channel: str, user: str) -> None:
@@ -141,9 +151,21 @@ class Session(Aggregate):
     def decide_tool_call(self, call_id: str, decision: str, reason: str, tier: str) -> None:
         pass
 
+    @event("ToolCallStarted")
+    def start_tool_call(self, call_id: str, tool: str, sandbox: SandboxProfile | None) -> None:
+        """An allowed call starts running, contained by ``sandbox`` (None: the tool starts
+        no process). Saved before it runs: a start with no end was interrupted."""
+        self.running_call = call_id
+
     @event("ToolCallExecuted")
     def record_tool_result(self, call_id: str, tool: str, output: str, is_error: bool) -> None:
         self._add_tool_result(ToolResultBlock(call_id, output, is_error))
+
+    @event("ToolCallInterrupted")
+    def interrupt_tool_call(self, call_id: str, tool: str, reason: str) -> None:
+        """A call that started never reported its end (the engine died while it ran, or
+        the session was killed): it may have done some of its work, or all of it."""
+        self._add_tool_result(ToolResultBlock(call_id, interrupted_result(reason), True))
 
     @event("CommandRun")
     def run_command(self, name: str, args: str, user: str, channel: str, result: str) -> None:
@@ -242,6 +264,8 @@ class Session(Aggregate):
         self._add_tool_result(ToolResultBlock(call_id, f"refused: {reason}", True))
 
     def _add_tool_result(self, block: ToolResultBlock) -> None:
+        if block.tool_use_id == self.running_call:
+            self.running_call = ""
         last = self.history[-1] if self.history else None
         if last is not None and last.role == "user" and all(
             isinstance(b, ToolResultBlock) for b in last.content

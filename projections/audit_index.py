@@ -48,6 +48,14 @@ REFUSALS = Table(
 )
 """Messages the inbox middleware turned away (never stored as user messages)."""
 
+CONTAINMENT = Table(
+    "containment",
+    (("session_id", "text"), ("call_id", "text"), ("sandbox", "text")),
+    key=("session_id", "call_id"),
+)
+"""What each call that ran was contained by (a table of its own, so an index built before
+calls recorded it needs no new column)."""
+
 SUMMARY_LENGTH = 160
 
 
@@ -81,6 +89,8 @@ class AuditEntry(msgspec.Struct, frozen=True):
     proposed_at: str
     decided_at: str
     finished_at: str
+    sandbox: str = ""
+    """The sandbox profile it ran under, in words ("" when it never started)."""
 
 
 def summarize(tool_input: dict[str, Any]) -> str:
@@ -108,7 +118,7 @@ class AuditIndex(TrackedView):
     """The audit-index projection."""
 
     NAME = "AuditIndex"
-    TABLES = (CALLS, ASKERS, REFUSALS)
+    TABLES = (CALLS, ASKERS, REFUSALS, CONTAINMENT)
 
     def changes(self, event: Any, position: int) -> list[Change]:
         if isinstance(event, RefusedMessage.Event):
@@ -148,6 +158,14 @@ class AuditIndex(TrackedView):
             return [Change(CALLS.name, (sid, e.call_id), _set(
                 verdict=e.decision, tier=e.tier, reason=e.reason, approver=approver,
                 decided_at=at))]
+        if name == "ToolCallStarted":
+            described = e.sandbox.describe() if e.sandbox is not None else "no process"
+            row = {"session_id": sid, "call_id": e.call_id, "sandbox": described}
+            return [Change(CALLS.name, (sid, e.call_id), _set(outcome="running")),
+                    Change(CONTAINMENT.name, (sid, e.call_id), lambda _row: row)]
+        if name == "ToolCallInterrupted":
+            return [Change(CALLS.name, (sid, e.call_id), _set(
+                outcome="interrupted (outcome unknown)", finished_at=at))]
         if name == "ToolCallExecuted":
             outcome = "failed" if e.is_error else "executed"
             return [Change(CALLS.name, (sid, e.call_id), _set(outcome=outcome, finished_at=at))]
@@ -190,6 +208,9 @@ class AuditIndex(TrackedView):
             if value:
                 where[column] = value
         rows = self.rows(CALLS.name, where, order="position")
+        contained = {(r["session_id"], r["call_id"]): r["sandbox"]
+                     for r in self.rows(CONTAINMENT.name,
+                                        {"session_id": session} if session else None)}
         out = []
         for r in rows:
             if since and r["proposed_at"][: len(since)] < since:
@@ -203,5 +224,6 @@ class AuditIndex(TrackedView):
                 reason=r["reason"], approver=r["approver"], outcome=r["outcome"],
                 proposed_at=r["proposed_at"], decided_at=r["decided_at"],
                 finished_at=r["finished_at"],
+                sandbox=contained.get((r["session_id"], r["call_id"]), ""),
             ))
         return out

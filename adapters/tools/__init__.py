@@ -1,7 +1,7 @@
 """The built-in tools (files, search, shell, git, time) behind the ``ToolExecutor`` port.
 
 One module per family: :mod:`.files`, :mod:`.search`, :mod:`.shell`; :mod:`.schemas` holds
-their inputs and schemas, :mod:`.process` runs child processes, :mod:`.executor` binds them
+their inputs and schemas, :mod:`.executor` binds them
 into :class:`BuiltinTools`.
 """
 

@@ -20,7 +20,8 @@ from typing import Any
 
 import msgspec
 
-from actors.ports import ToolOutput
+from actors.ports import Grant, ToolOutput
+from adapters.sandbox import Sandbox
 from adapters.tools.base import (
     DEFAULT_MAX_GREP_FILE_BYTES,
     DEFAULT_MAX_OUTPUT_CHARS,
@@ -46,7 +47,13 @@ from adapters.tools.schemas import (
     WriteFileInput,
 )
 from adapters.tools.search import SearchTools
-from adapters.tools.shell import ShellTools
+from adapters.tools.shell import NO_SANDBOX, ShellTools, Unconfined
+
+_Run = Callable[[Any, str, Grant], ToolOutput]
+
+
+def _ignoring_grant(run: Callable[[Any, str], ToolOutput]) -> _Run:
+    return lambda args, workspace, grant: run(args, workspace)
 
 
 class BuiltinTools(FileTools, SearchTools, ShellTools):
@@ -61,7 +68,8 @@ class BuiltinTools(FileTools, SearchTools, ShellTools):
     environment of shell and git commands (default: this process's environment). ``clock``
     returns the current time (default: the system clock, in UTC; a naive time is taken as
     UTC) and ``local_zone`` is the zone ``current_date`` reports as local (default: the
-    system's).
+    system's). ``sandbox`` contains every process the shell and git tools start (default:
+    none, so they are refused; ``Unconfined(True, ...)`` runs them plain).
     """
 
     def __init__(
@@ -75,6 +83,7 @@ class BuiltinTools(FileTools, SearchTools, ShellTools):
         max_grep_file_bytes: int = DEFAULT_MAX_GREP_FILE_BYTES,
         clock: Callable[[], datetime] | None = None,
         local_zone: tzinfo | None = None,
+        sandbox: Sandbox | Unconfined = NO_SANDBOX,
     ) -> None:
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
@@ -90,18 +99,25 @@ class BuiltinTools(FileTools, SearchTools, ShellTools):
         self.env = dict(env) if env is not None else None
         self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
         self.local_zone = local_zone
-        self._tools: dict[str, tuple[type[msgspec.Struct], Callable[[Any, str], ToolOutput]]] = {
+        self.sandbox = sandbox
+        # Only the process tools use the call's grant; the others run the same for all.
+        plain: dict[str, tuple[type[msgspec.Struct], Callable[[Any, str], ToolOutput]]] = {
             "read_file": (ReadFileInput, self._read_file),
             "write_file": (WriteFileInput, self._write_file),
             "edit_file": (EditFileInput, self._edit_file),
             "list_dir": (ListDirInput, self._list_dir),
             "glob": (GlobInput, self._glob),
             "grep": (GrepInput, self._grep),
+            "current_date": (CurrentDateInput, self._current_date),
+        }
+        self._tools: dict[str, tuple[type[msgspec.Struct], _Run]] = {
+            name: (kind, _ignoring_grant(run)) for name, (kind, run) in plain.items()
+        }
+        self._tools.update({
             "run_shell": (RunShellInput, self._run_shell),
             "git_status": (GitStatusInput, self._git_status),
             "git_diff": (GitDiffInput, self._git_diff),
-            "current_date": (CurrentDateInput, self._current_date),
-        }
+        })
 
     def groups(self) -> dict[str, str]:
         """Each group of :data:`TOOL_GROUPS`: what it does and its tools."""
@@ -131,8 +147,11 @@ class BuiltinTools(FileTools, SearchTools, ShellTools):
         names = {name for group in wanted for name in TOOL_GROUPS[group]}
         return [copy.deepcopy(d) for d in DEFINITIONS if d["name"] in names]
 
-    def execute(self, name: str, tool_input: dict[str, Any], workspace: str) -> ToolOutput:
-        """Run tool ``name`` with ``tool_input`` inside ``workspace`` (blocking).
+    def execute(
+        self, name: str, tool_input: dict[str, Any], workspace: str, grant: Grant | None = None
+    ) -> ToolOutput:
+        """Run tool ``name`` with ``tool_input`` inside ``workspace`` (blocking), under
+        ``grant`` (None: no network, no protected writes, never cancelled).
 
         Returns the tool's output; any failure of the tool itself is an error output with a
         clear message, never an exception.
@@ -151,7 +170,7 @@ class BuiltinTools(FileTools, SearchTools, ShellTools):
         if not os.path.isdir(workspace):
             return ToolOutput(f"workspace {workspace} does not exist", is_error=True)
         try:
-            return run(args, workspace)
+            return run(args, workspace, grant or Grant())
         except ToolError as err:
             return ToolOutput(str(err), is_error=True)
         except OSError as err:
@@ -159,8 +178,6 @@ class BuiltinTools(FileTools, SearchTools, ShellTools):
             return ToolOutput(f"{name} failed: {reason}", is_error=True)
         except UnicodeError as err:
             return ToolOutput(f"{name} failed: text is not valid Unicode ({err})", is_error=True)
-
-    # --- tools ----------------------------------------------------------------------------
 
     # --- time -------------------------------------------------------------------------
 

@@ -1,16 +1,27 @@
-"""The command tools: ``run_shell`` and the read-only git tools."""
+"""The command tools: ``run_shell`` and the read-only git tools, each process inside the
+sandbox.
+
+Every process these tools start runs through :meth:`ShellTools._contained`: inside the
+bubblewrap sandbox when there is one (``run_shell`` with the workspace writable, git with
+nothing writable); as a plain process only when the settings turned the sandbox off
+(``Unconfined(allowed=True)``); refused with one line saying why and how to enable it
+otherwise. The call's :class:`~actors.ports.Grant` carries the network permission, the
+protected files it may write, and the switch that kills its processes.
+"""
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
-from actors.ports import ToolOutput
+from actors.ports import Grant, ToolOutput
+from adapters.process import Finished, run_process
+from adapters.sandbox import HOW_TO_ENABLE, Sandbox, UnholdablePath
 from adapters.tools.base import ToolError, ToolLimits
-from adapters.tools.process import Finished, run_process
 from adapters.tools.schemas import GitDiffInput, GitStatusInput, RunShellInput
+from events.sandbox import SandboxProfile
 
 #: Configuration that git commands run with, over anything the repository sets: no
 #: fsmonitor hook, no hooks, no pager, no colour, UTF-8 paths shown as they are.
@@ -22,39 +33,87 @@ _GIT_SAFE_CONFIG: tuple[tuple[str, str], ...] = (
     ("color.ui", "never"),
 )
 
+#: The tools that start processes, and whether their sandbox has the workspace writable.
+PROCESS_TOOLS: dict[str, bool] = {"run_shell": True, "git_status": False, "git_diff": False}
+
+
+class Unconfined(NamedTuple):
+    """No sandbox. ``allowed``: the settings turned it off (processes run plain, and the
+    gatekeeper asks a person for every shell call); otherwise every process tool is
+    refused, saying ``reason``."""
+
+    allowed: bool
+    reason: str
+
+
+#: What a BuiltinTools made without a sandbox does: refuse (fail closed).
+NO_SANDBOX = Unconfined(False, f"no sandbox was configured; {HOW_TO_ENABLE}")
+
+
+def _exit_header(done: Finished, timeout: float) -> str:
+    if done.timed_out:
+        return f"command timed out after {timeout:g} s; its processes were killed"
+    if done.stopped:
+        return f"command {done.stopped}; its processes were killed"
+    code = done.code
+    # A process killed by a signal: -N from a plain child, 128+N through bash or bwrap.
+    number = -code if code < 0 else code - 128 if 128 < code < 128 + 65 else 0
+    try:
+        name = signal.Signals(number).name if number else ""
+    except ValueError:
+        name = str(number)
+    if not name:
+        return f"exit code: {code}"
+    why = {signal.SIGXCPU: ": the CPU time limit", signal.SIGXFSZ: ": the file size limit"}
+    return f"exit code: {code} (killed by signal {name}{why.get(number, '')})"  # type: ignore[call-overload]
 
 
 class ShellTools(ToolLimits):
-    """Running bash and git in the workspace."""
+    """Running bash and git in the workspace, contained."""
 
     env: dict[str, str] | None
+    sandbox: Sandbox | Unconfined
 
-    def _run_shell(self, args: RunShellInput, workspace: str) -> ToolOutput:
+    def sandbox_profile(self, name: str, grant: Grant) -> SandboxProfile | None:
+        """The containment tool ``name`` runs under with ``grant``; None for a tool that
+        starts no process, or when it would be refused."""
+        writable = PROCESS_TOOLS.get(name)
+        if writable is None:
+            return None
+        if isinstance(self.sandbox, Sandbox):
+            return self.sandbox.profile(grant, writable=writable, wall_seconds=self.timeout)
+        if self.sandbox.allowed:
+            return SandboxProfile(kind="none", network=True, wall_seconds=self.timeout)
+        return None
+
+    def _contained(
+        self, argv: list[str], workspace: str, env: Mapping[str, str] | None,
+        grant: Grant, *, writable: bool,
+    ) -> Finished:
+        """Run ``argv`` as the module's contract says; raises ToolError when refused."""
+        box = self.sandbox
+        if isinstance(box, Sandbox):
+            try:
+                return box.run(argv, workspace, grant=grant, writable=writable, env=env,
+                               timeout=self.timeout, cap=self.max_output_chars)
+            except UnholdablePath as err:
+                raise ToolError(f"refused: {err}") from err
+        if not box.allowed:
+            raise ToolError(f"refused: {argv[0]} runs only inside the sandbox, and there is "
+                            f"none: {box.reason}")
+        return run_process(argv, os.path.realpath(workspace), env, timeout=self.timeout,
+                           cap=self.max_output_chars, cancel=grant.cancel)
+
+    def _run_shell(self, args: RunShellInput, workspace: str, grant: Grant) -> ToolOutput:
         if not args.command.strip():
             raise ToolError("run_shell needs a non-empty command")
         try:
-            done = self._run_process(["bash", "-c", args.command], workspace, self.env)
+            done = self._contained(["bash", "-c", args.command], workspace, self.env, grant,
+                                   writable=True)
         except OSError as err:
             raise ToolError(f"could not start bash: {err.strerror or err}") from err
-        if done.timed_out:
-            header = f"command timed out after {self.timeout:g} s; its process group was killed"
-            return ToolOutput(f"{header}\n{done.output}", is_error=True)
-        code = done.code
-        if code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = str(-code)
-            header = f"exit code: {code} (killed by signal {name})"
-        else:
-            header = f"exit code: {code}"
-        return ToolOutput(f"{header}\n{done.output}", is_error=code != 0)
-
-    def _run_process(
-        self, argv: list[str], workspace: str, env: Mapping[str, str] | None
-    ) -> Finished:
-        return run_process(argv, os.path.realpath(workspace), env, timeout=self.timeout,
-                           cap=self.max_output_chars)
+        failed = done.timed_out or bool(done.stopped) or done.code != 0
+        return ToolOutput(f"{_exit_header(done, self.timeout)}\n{done.output}", is_error=failed)
 
     def _git_env(self, overrides: Iterable[tuple[str, str]] = ()) -> dict[str, str]:
         """The environment of git commands: no inherited ``GIT_*`` variables (they could
@@ -78,26 +137,19 @@ class ShellTools(ToolLimits):
             env[f"GIT_CONFIG_VALUE_{index}"] = value
         return env
 
-    def _git_quick(self, argv: list[str], root: str, env: Mapping[str, str]) -> tuple[int, str]:
-        """Run a small git query in ``root``: ``(exit code, stdout)``; stderr on failure."""
+    def _git_quick(
+        self, argv: list[str], root: str, env: Mapping[str, str], grant: Grant
+    ) -> tuple[int, str]:
+        """Run a small git query in ``root``, read-only: ``(exit code, output)``."""
         try:
-            done = subprocess.run(
-                ["git", *argv],
-                cwd=root,
-                env=dict(env),
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=self.timeout,
-                check=False,
-            )
+            done = self._contained(["git", *argv], root, env, grant, writable=False)
         except FileNotFoundError as err:
             raise ToolError("git is not installed (or not on the PATH)") from err
-        except subprocess.TimeoutExpired as err:
-            raise ToolError(f"git did not answer within {self.timeout:g} s") from err
-        out = done.stdout if done.returncode == 0 else done.stderr
-        return done.returncode, out.decode("utf-8", errors="replace")
+        if done.timed_out or done.stopped:
+            raise ToolError(f"git did not answer within {self.timeout:g} s")
+        return done.code, done.output
 
-    def _git(self, argv: list[str], workspace: str) -> str:
+    def _git(self, argv: list[str], workspace: str, grant: Grant) -> str:
         """Run ``git argv`` read-only in the repository at the top of ``workspace``.
 
         Refuses a workspace that is not the top of a work tree (git never looks at the
@@ -109,7 +161,7 @@ class ShellTools(ToolLimits):
         root = os.path.realpath(workspace)
         env = self._git_env()
         env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(root)
-        code, out = self._git_quick(["rev-parse", "--show-toplevel"], root, env)
+        code, out = self._git_quick(["rev-parse", "--show-toplevel"], root, env, grant)
         if code != 0:
             reason = out.strip().splitlines()[0] if out.strip() else f"exit code {code}"
             raise ToolError(
@@ -122,7 +174,7 @@ class ShellTools(ToolLimits):
                 f"refused: the repository's work tree is {top}, not the workspace {workspace}"
             )
         code, out = self._git_quick(
-            ["config", "-z", "--name-only", "--get-regexp", r"^filter\."], root, env
+            ["config", "-z", "--name-only", "--get-regexp", r"^filter\."], root, env, grant
         )
         drivers = {
             name[len("filter.") :].rsplit(".", 1)[0]
@@ -142,36 +194,36 @@ class ShellTools(ToolLimits):
         env = self._git_env(neutral)
         env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(root)
         try:
-            done = self._run_process(["git", "--no-pager", *argv], workspace, env)
+            done = self._contained(["git", "--no-pager", *argv], workspace, env, grant,
+                                   writable=False)
         except OSError as err:
             raise ToolError(f"could not start git: {err.strerror or err}") from err
-        if done.timed_out:
-            raise ToolError(f"git {argv[0]} timed out after {self.timeout:g} s")
+        if done.timed_out or done.stopped:
+            raise ToolError(f"git {argv[0]} {done.stopped or 'timed out'} "
+                            f"(after at most {self.timeout:g} s)")
         if done.code != 0:
             raise ToolError(f"git {argv[0]} failed (exit code {done.code}):\n{done.output}")
         return done.output
 
-    def _git_status(self, args: GitStatusInput, workspace: str) -> ToolOutput:
+    def _git_status(self, args: GitStatusInput, workspace: str, grant: Grant) -> ToolOutput:
         output = self._git(
-            ["status", "--short", "--branch", "--ignore-submodules=dirty"], workspace
+            ["status", "--short", "--branch", "--ignore-submodules=dirty"], workspace, grant
         )
         lines = output.rstrip("\n").splitlines()
         if all(line.startswith("## ") for line in lines):
             output = output.rstrip("\n") + "\nnothing to commit, working tree clean"
         return ToolOutput(output.rstrip("\n"))
 
-    def _git_diff(self, args: GitDiffInput, workspace: str) -> ToolOutput:
+    def _git_diff(self, args: GitDiffInput, workspace: str, grant: Grant) -> ToolOutput:
         argv = ["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--ignore-submodules=dirty"]
         if args.staged:
             argv.append("--cached")
         target = self._confine(args.path, workspace)
         argv += ["--", os.path.relpath(target, os.path.realpath(workspace))]
         where = "" if args.path == "." else f" in {args.path}"
-        output = self._git(argv, workspace)
+        output = self._git(argv, workspace, grant)
         if not output.strip():
             kind = "staged" if args.staged else "unstaged"
             hint = "" if args.staged else " (untracked files never show here; see git_status)"
             return ToolOutput(f"no {kind} changes{where}{hint}")
         return ToolOutput(output)
-
-    # --- time -------------------------------------------------------------------------

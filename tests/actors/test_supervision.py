@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import pytest
 
-from actors.ports import ToolOutput
+from actors.ports import Grant, ToolOutput
 from actors.runtime import ActorSystem, Binding, Envelope, TetherActor
 from adapters.anthropic_provider import AnthropicProvider
 from adapters.config import Settings
@@ -21,6 +21,7 @@ from adapters.host import Host
 from adapters.nats_bus import NatsBus
 from adapters.tools import BuiltinTools
 from events.messages import Message
+from events.sandbox import SandboxProfile
 from events.subjects import Subjects
 from tests.conftest import ChannelWatcher
 from tests.helpers import say
@@ -55,8 +56,13 @@ class FlakyTools:
     def group_of(self, tool: str) -> str | None:
         return self._inner.group_of(tool)
 
-    def execute(self, name: str, tool_input: dict[str, Any], workspace: str) -> ToolOutput:
-        return self._inner.execute(name, tool_input, workspace)
+    def sandbox_profile(self, name: str, grant: Grant) -> SandboxProfile | None:
+        return self._inner.sandbox_profile(name, grant)
+
+    def execute(
+        self, name: str, tool_input: dict[str, Any], workspace: str, grant: Grant | None = None
+    ) -> ToolOutput:
+        return self._inner.execute(name, tool_input, workspace, grant)
 
 
 

@@ -17,7 +17,8 @@ from adapters.config import Settings
 from adapters.store import open_application
 from events.application import TetherApplication
 from events.messages import TextBlock, ToolResultBlock, ToolUseBlock, Usage
-from events.session import Session, Turn, session_uuid
+from events.sandbox import SandboxLimits, SandboxProfile
+from events.session import Session, Turn, interrupted_result, session_uuid
 
 
 @pytest.fixture
@@ -55,6 +56,7 @@ def full_session(sid: str = "abc123") -> Session:
             TextBlock("Looking."),
             ToolUseBlock(id="tu_1", name="read_file", input={"path": "a.py", "lines": [1, 2]}),
             ToolUseBlock(id="tu_2", name="shell", input={"cmd": "rm -rf /"}),
+            ToolUseBlock(id="tu_3", name="run_shell", input={"command": "make"}),
         ],
         stop_reason="tool_use",
         usage=Usage(input_tokens=120, output_tokens=30),
@@ -65,12 +67,17 @@ def full_session(sid: str = "abc123") -> Session:
     s.decide_tool_call(call_id="tu_1", decision="allow", reason="read only", tier="policy")
     s.record_snapshot(call_id="tu_1", snapshot_id="1-tu_1", folder="/state/snapshots/x",
                       paths=["/ws/a.py"])
+    s.start_tool_call(call_id="tu_1", tool="read_file", sandbox=None)
     s.record_tool_result(call_id="tu_1", tool="read_file", output="print('hi')", is_error=False)
     s.record_restore(snapshot_ids=["1-tu_1"], to_version=3, paths=["/ws/a.py"])
     s.propose_tool_call(call_id="tu_2", tool="shell", tool_input={"cmd": "rm -rf /"},
                         action_hash="h2")
     s.decide_tool_call(call_id="tu_2", decision="deny", reason="destructive", tier="policy")
     s.refuse_tool_call(call_id="tu_2", reason="destructive")
+    s.start_tool_call(call_id="tu_3", tool="run_shell", sandbox=SandboxProfile(
+        kind="bubblewrap", network=True, granted=["/ws/AGENTS.md"],
+        limits=SandboxLimits(cpu_seconds=9), wall_seconds=30.0))
+    s.interrupt_tool_call(call_id="tu_3", tool="run_shell", reason="the engine stopped")
     s.record_ttsr_interruption(rules=["no-rm"], reminder="Never delete the root.", generation=2,
                                partial_text="I will now", source="text", context_mode="discard")
     s.append_assistant_message(content=[TextBlock("Fixed.")], stop_reason="end_turn",
@@ -103,7 +110,7 @@ SESSION_EVENT_NAMES = {
     "BudgetExhausted", "Forked", "SystemPromptSet", "ToolsLoaded",
     "ProviderRetried", "TitleSet", "HistoryCompacted", "MemoryFlushed", "CompactionFailed",
     "MovedTo", "GenerationStarted", "AlternativeGenerated", "AlternativeDropped",
-    "StreamUnchecked",
+    "StreamUnchecked", "ToolCallStarted", "ToolCallInterrupted",
 }
 
 
@@ -126,7 +133,7 @@ def test_session_reloaded_from_store_equals_original(app: TetherApplication) -> 
 
     assert loaded is not None
     assert loaded == original
-    assert loaded.version == 42
+    assert loaded.version == 45
     assert loaded.status == "completed"
     assert (loaded.turns, loaded.input_tokens, loaded.output_tokens) == (2, 320, 45)
     assert loaded.cost_usd == pytest.approx(0.0123)
@@ -142,16 +149,19 @@ def test_session_reloaded_from_store_equals_original(app: TetherApplication) -> 
             TextBlock("Looking."),
             ToolUseBlock(id="tu_1", name="read_file", input={"path": "a.py", "lines": [1, 2]}),
             ToolUseBlock(id="tu_2", name="shell", input={"cmd": "rm -rf /"}),
+            ToolUseBlock(id="tu_3", name="run_shell", input={"command": "make"}),
         ]),
         Turn("user", [
             ToolResultBlock("tu_1", "print('hi')", False),
             ToolResultBlock("tu_2", "refused: destructive", True),
+            ToolResultBlock("tu_3", interrupted_result("the engine stopped"), True),
         ]),
         Turn("user", [TextBlock("Never delete the root.")]),
         Turn("assistant", [TextBlock("Fixed.")]),
         Turn("user", [TextBlock("Remember: never delete the root.")]),
     ]
     assert loaded.pending_tool_calls() == []
+    assert loaded.running_call == ""
 
 
 def test_events_come_back_typed(app: TetherApplication) -> None:
@@ -159,7 +169,7 @@ def test_events_come_back_typed(app: TetherApplication) -> None:
 
     events = app.session_events("abc123")
 
-    assert [e.originator_version for e in events] == list(range(1, 43))
+    assert [e.originator_version for e in events] == list(range(1, 46))
     for e in events:
         assert isinstance(e.originator_id, uuid.UUID)
         assert e.originator_id == session_uuid("abc123")
@@ -167,8 +177,12 @@ def test_events_come_back_typed(app: TetherApplication) -> None:
         assert e.timestamp.tzinfo is not None
     appended = next(e for e in events if type(e).__name__ == "AssistantMessageAppended")
     assert isinstance(appended.usage, Usage)
-    assert [type(b) for b in appended.content] == [TextBlock, ToolUseBlock, ToolUseBlock]
+    assert [type(b) for b in appended.content] == [TextBlock, *[ToolUseBlock] * 3]
     assert appended.content[1].input == {"path": "a.py", "lines": [1, 2]}
+    started = [e for e in events if type(e).__name__ == "ToolCallStarted"]
+    assert started[0].sandbox is None
+    assert isinstance(started[1].sandbox, SandboxProfile)
+    assert started[1].sandbox.limits == SandboxLimits(cpu_seconds=9)
     completed = next(e for e in events if type(e).__name__ == "TurnCompleted")
     assert completed.usage == Usage(input_tokens=320, output_tokens=45)
 
@@ -178,7 +192,7 @@ def test_stored_state_is_json(app: TetherApplication) -> None:
 
     stored = app.recorder.select_events(session_uuid("abc123"))
 
-    assert len(stored) == 42
+    assert len(stored) == 45
     states = [(s.topic.rsplit(".", 1)[-1], json.loads(s.state)) for s in stored]
     by_topic: dict[str, Any] = {}
     for name, state in states:
@@ -210,7 +224,7 @@ def test_session_at_version_is_a_replay(app: TetherApplication) -> None:
     assert third.history == [Turn("user", [TextBlock("fix the login bug")])]
     assert third.input_tokens == 0
     assert fourth.input_tokens == 120
-    assert [b.id for b in fourth.pending_tool_calls()] == ["tu_1", "tu_2"]
+    assert [b.id for b in fourth.pending_tool_calls()] == ["tu_1", "tu_2", "tu_3"]
     assert app.session("abc123") == original
     assert app.session("nope") is None
 
@@ -302,6 +316,6 @@ def test_state_round_trip_through_msgspec_is_stable(app: TetherApplication) -> N
 
     again = app.session("s2")
     assert again is not None
-    assert again.version == 43
+    assert again.version == 46
     assert again.history[-1] == Turn("user", [TextBlock("again")])
     assert msgspec.json.encode(again.history) == msgspec.json.encode(loaded.history)

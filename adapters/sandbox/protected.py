@@ -1,0 +1,144 @@
+"""Which paths of a workspace the sandbox must hold: the protected files as they stand on
+disk now, and the ones that do not exist yet.
+
+Contract of :func:`protected_targets`: given the real workspace and the protection
+patterns (workspace-relative globs, matched without regard to case), it returns every
+existing path that matches (each case variant), and, for each literal pattern with no
+path on disk, the canonical path a placeholder must hold so that nothing can create it.
+A protected path reached through a symlink inside the workspace cannot be held by a mount
+(the link itself could be removed and replaced): it raises :class:`UnholdablePath`, and the
+caller refuses to run.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from actors.security.globs import glob_match, has_glob
+
+#: Held read-only by the sandbox in every workspace besides the protection settings: git's
+#: configuration and hooks run code outside the sandbox the next time a person runs git.
+GIT_PROTECTED: tuple[str, ...] = (".git/config", ".git/hooks")
+
+#: Folders a protection glob is never searched for below (their size, not their safety).
+_WALK_SKIPPED = frozenset({".git", "node_modules", ".venv", "__pycache__"})
+#: Most entries a protection glob looks at in a workspace before giving up on the rest.
+_WALK_LIMIT = 20_000
+
+
+class UnholdablePath(Exception):
+    """A protected path the sandbox cannot hold (a symlink on the way); the call is
+    refused rather than run with the file exposed."""
+
+
+class Target(NamedTuple):
+    """One protected path: ``path`` absolute; ``exists`` on disk now (else a placeholder
+    stands in for it); ``is_dir`` a folder (``**`` patterns) or a file."""
+
+    path: str
+    exists: bool
+    is_dir: bool
+
+
+def _literal_part(pattern: str) -> tuple[str, bool]:
+    """``(path, is_dir)`` for a pattern naming one file or one folder's whole tree
+    (``.tether/rules/**``), or ``("", False)`` for a true glob."""
+    pattern = pattern.strip("/")
+    is_dir = False
+    for suffix in ("/**", "/*"):
+        if pattern.endswith(suffix):
+            pattern, is_dir = pattern[: -len(suffix)], True
+            break
+    if not pattern or has_glob(pattern) or ".." in pattern.split("/"):
+        return "", False
+    return pattern, is_dir
+
+
+def _variants(root: str, rel: str) -> list[str]:
+    """The existing paths below ``root`` that spell ``rel`` without regard to case.
+    Raises UnholdablePath when a match, or a folder on the way to one, is a symlink."""
+    current = [root]
+    parts = rel.split("/")
+    for depth, part in enumerate(parts):
+        found: list[str] = []
+        for folder in current:
+            try:
+                names = os.listdir(folder)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for name in names:
+                if name.casefold() != part.casefold():
+                    continue
+                full = os.path.join(folder, name)
+                mode = os.lstat(full).st_mode
+                if stat.S_ISLNK(mode):
+                    raise UnholdablePath(
+                        f"{os.path.relpath(full, root)} is a symlink; the sandbox cannot "
+                        f"hold a protected path reached through a link"
+                    )
+                if depth < len(parts) - 1 and not stat.S_ISDIR(mode):
+                    continue
+                found.append(full)
+        current = found
+    return current
+
+
+def protected_targets(root: str, patterns: Iterable[str]) -> list[Target]:
+    """Every protected path of workspace ``root`` (real, absolute) for ``patterns``,
+    existing ones first, each once; see the module's contract."""
+    targets: dict[str, Target] = {}
+    globs: list[str] = []
+    for pattern in [*patterns, *GIT_PROTECTED]:
+        rel, is_dir = _literal_part(pattern)
+        if not rel:
+            globs.append(pattern)
+            continue
+        existing = _variants(root, rel)
+        for path in existing:
+            targets.setdefault(path, Target(path, True, os.path.isdir(path)))
+        canonical = os.path.join(root, rel)
+        if canonical not in targets and not existing and not rel.startswith(".git/"):
+            # git's own files appear with the repository; no placeholder makes one.
+            targets[canonical] = Target(canonical, False, is_dir)
+    if globs:
+        for path in _glob_matches(root, globs):
+            targets.setdefault(path, Target(path, True, os.path.isdir(path)))
+    return sorted(targets.values(), key=lambda t: (not t.exists, t.path))
+
+
+def _glob_matches(root: str, patterns: list[str]) -> list[str]:
+    """Existing paths below ``root`` matching any glob of ``patterns`` (case ignored)."""
+    found: list[str] = []
+    seen = 0
+    for folder, subfolders, names in os.walk(root):
+        subfolders[:] = [d for d in subfolders if d not in _WALK_SKIPPED]
+        for name in [*subfolders, *names]:
+            seen += 1
+            full = os.path.join(folder, name)
+            rel = os.path.relpath(full, root).replace(os.sep, "/")
+            if any(glob_match(p, rel, ignore_case=True) for p in patterns):
+                if os.path.islink(full):
+                    raise UnholdablePath(
+                        f"{rel} is a symlink; the sandbox cannot hold a protected path "
+                        f"reached through a link"
+                    )
+                found.append(full)
+        if seen > _WALK_LIMIT:
+            break
+    return found
+
+
+def ancestors(root: str, path: str) -> list[str]:
+    """The folders strictly between ``root`` and ``path``, outermost first."""
+    rel = os.path.relpath(os.path.dirname(path), root)
+    if rel == ".":
+        return []
+    out: list[str] = []
+    current = root
+    for part in rel.split(os.sep):
+        current = os.path.join(current, part)
+        out.append(current)
+    return out

@@ -1,0 +1,168 @@
+"""Running one tool command inside a bubblewrap sandbox.
+
+:class:`Sandbox` turns a call (its command, workspace and :class:`~actors.ports.Grant`) into
+a :class:`~adapters.sandbox.bwrap.MountPlan`, holds the placeholders for protected files
+that do not exist yet while it runs, and runs it with the call's limits: its processes are
+killed when the call times out, is cancelled, or (where the process-count limit cannot be
+enforced by the kernel, as for root) starts more processes than allowed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+
+from actors.ports import Grant
+from adapters.process import Finished, run_process
+from adapters.sandbox.bwrap import MountPlan, bwrap_argv
+from adapters.sandbox.placeholders import Placeholders
+from adapters.sandbox.protected import ancestors, protected_targets
+from events.sandbox import SandboxLimits, SandboxProfile
+
+
+class Sandbox:
+    """Runs commands contained by bubblewrap (``bwrap``, with ``prlimit`` for limits).
+
+    ``protected``: the workspace-relative protection globs; ``limits``: each call's
+    resource limits; ``home_visible``: entries of the user's home shown read-only (the
+    rest of the home is hidden); ``hidden``: more folders to hide (the state directory);
+    ``placeholders``: where absent protected files get their stand-ins.
+    """
+
+    def __init__(
+        self,
+        bwrap: str,
+        prlimit: str,
+        *,
+        protected: Iterable[str] = (),
+        limits: SandboxLimits | None = None,
+        home_visible: Iterable[str] = (),
+        hidden: Iterable[str] = (),
+        placeholders: Placeholders | None = None,
+    ) -> None:
+        self.bwrap = bwrap
+        self.prlimit = prlimit
+        self.protected = tuple(protected)
+        self.limits = limits or SandboxLimits()
+        self.home_visible = tuple(home_visible)
+        self.hidden = tuple(hidden)
+        self.placeholders = placeholders or Placeholders()
+
+    def profile(self, grant: Grant, *, writable: bool, wall_seconds: float) -> SandboxProfile:
+        """The profile a call with ``grant`` runs under (recorded before it runs)."""
+        return SandboxProfile(
+            kind="bubblewrap",
+            network=grant.network,
+            writable="workspace" if writable else "none",
+            granted=sorted(grant.writes) if writable else [],
+            limits=self.limits,
+            wall_seconds=wall_seconds,
+        )
+
+    def _hidden_folders(self, root: str) -> list[str]:
+        """The folders replaced by an empty tmpfs: private ``/tmp`` and ``/run`` (the
+        sockets of local services live there), the home, the state directory. One that
+        holds the workspace is hidden too: the workspace is bound back on top."""
+        home = os.path.expanduser("~")
+        hide: set[str] = set()
+        for folder in ("/tmp", "/run", "/var/run", "/dev/shm", home, *self.hidden):
+            if not os.path.isabs(folder) or os.path.islink(folder) or not os.path.isdir(folder):
+                continue  # /var/run is usually a link to /run
+            real = os.path.realpath(folder)
+            if real != "/" and not real.startswith(root + os.sep):
+                hide.add(real)
+        return sorted(hide, key=lambda p: (p.count(os.sep), p))
+
+    def _shown(self) -> list[str]:
+        home = os.path.expanduser("~")
+        return [os.path.join(home, entry) for entry in self.home_visible
+                if entry and not os.path.isabs(entry) and ".." not in entry.split("/")]
+
+    def run(
+        self,
+        argv: list[str],
+        workspace: str,
+        *,
+        grant: Grant,
+        writable: bool,
+        env: Mapping[str, str] | None,
+        timeout: float,
+        cap: int,
+    ) -> Finished:
+        """Run ``argv`` in ``workspace``'s sandbox; see the module's contract. Raises
+        ``UnholdablePath`` when a protected path cannot be held (nothing runs) and
+        ``OSError`` when bwrap cannot start."""
+        root = os.path.realpath(workspace)
+        granted = {os.path.realpath(p) for p in grant.writes}
+        targets = protected_targets(root, self.protected) if writable else []
+        absent = [(t.path, t.is_dir) for t in targets if not t.exists and t.path not in granted]
+        with self.placeholders.holding(absent) as made:
+            held = [t.path for t in targets if t.exists] + [p for p, _ in absent]
+            pins = {a for t in targets for a in ancestors(root, t.path)} | (
+                set(made) - {p for p, _ in absent})
+            plan = MountPlan(
+                workspace=root,
+                writable=writable,
+                hide=self._hidden_folders(root),
+                show=self._shown(),
+                pin=sorted((p for p in pins if os.path.isdir(p)),
+                           key=lambda p: (p.count(os.sep), p)),
+                read_only=[p for p in held if p not in granted and os.path.lexists(p)],
+                granted=[p for p in held if p in granted and os.path.lexists(p)],
+                network=grant.network,
+            )
+            command = bwrap_argv(self.bwrap, plan, argv, prlimit=self.prlimit,
+                                 limits=self.limits)
+            return run_process(command, root, env, timeout=timeout, cap=cap,
+                               cancel=grant.cancel, watchdog=self._watchdog())
+
+    def _watchdog(self) -> Callable[[int], str] | None:
+        """A process counter for when the kernel will not count for us: RLIMIT_NPROC
+        does not bind root, so a root engine counts its sandbox's processes itself."""
+        if os.geteuid() != 0:
+            return None
+        limit = self.limits.processes
+        namespace: list[int] = []
+
+        def check(pid: int) -> str:
+            if not namespace:
+                ino = _child_pid_namespace(pid)
+                if ino is None:
+                    return ""
+                namespace.append(ino)
+            count = _count_in_namespace(namespace[0], limit + 1)
+            if count > limit:
+                return (f"stopped: more than {limit} processes at once (the sandbox's "
+                        f"process limit)")
+            return ""
+
+        return check
+
+
+def _child_pid_namespace(pid: int) -> int | None:
+    """The PID namespace (its inode) of ``pid``'s first child: bwrap's sandbox init."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as handle:
+            children = handle.read().split()
+        if not children:
+            return None
+        return os.stat(f"/proc/{children[0]}/ns/pid").st_ino
+    except OSError:
+        return None
+
+
+def _count_in_namespace(ino: int, stop_at: int) -> int:
+    """How many processes live in the PID namespace ``ino`` (counting stops at
+    ``stop_at``)."""
+    count = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{name}/ns/pid").st_ino == ino:
+                count += 1
+                if count >= stop_at:
+                    break
+        except OSError:
+            continue
+    return count

@@ -1,0 +1,347 @@
+"""The sandbox, judged by its effects: files on disk and a loopback listener.
+
+Every test here runs real bubblewrap. Where it is absent locally the tests skip with the
+reason; under CI (``CI`` set, and ``.ci/run`` installs bubblewrap) they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from actors.ports import Grant
+from adapters.sandbox import (
+    MountPlan,
+    Placeholders,
+    Sandbox,
+    UnholdablePath,
+    bwrap_argv,
+    probe,
+    protected_targets,
+)
+from adapters.tools import BuiltinTools
+from adapters.tools.shell import Unconfined
+from events.sandbox import SandboxLimits
+
+PROTECTED = ("SOUL.md", "IDENTITY.md", "GUARDRAILS.md", "MEMORY.md", "AGENTS.md",
+             "HEARTBEAT.md", ".tether/policy.yaml", ".tether/rules/**")
+
+
+def _need_bwrap() -> None:
+    if shutil.which("bwrap") and probe().usable:
+        return
+    if os.environ.get("CI"):
+        pytest.fail("bubblewrap is required in CI (.ci/run installs it)")
+    pytest.skip("bubblewrap (bwrap) is not usable on this machine")
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Sandbox:
+    _need_bwrap()
+    report = probe()
+    return Sandbox(report.bwrap, report.prlimit, protected=PROTECTED,
+                   limits=SandboxLimits(cpu_seconds=5, memory_mb=512, file_size_mb=1,
+                                        processes=64),
+                   placeholders=Placeholders(str(tmp_path / "ledger.json")))
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "SOUL.md").write_text("soul\n")
+    (root / "AGENTS.md").write_text("agents\n")
+    (root / "README.md").write_text("readme\n")
+    (root / ".env").write_text("API_KEY=secret\n")
+    return root
+
+
+def shell(sandbox: Sandbox, ws: Path, command: str, grant: Grant | None = None,
+          timeout: float = 10) -> str:
+    tools = BuiltinTools(timeout=timeout, sandbox=sandbox, env=dict(os.environ))
+    out = tools.execute("run_shell", {"command": command}, str(ws), grant)
+    return out.content
+
+
+class Listener:
+    """A loopback TCP listener that records whatever reaches it."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.received = b""
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            conn.settimeout(1)
+            try:
+                while chunk := conn.recv(65536):
+                    self.received += chunk
+            except OSError:
+                pass
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    server = Listener()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+# --- the command line, pure ---------------------------------------------------------------
+
+
+def test_the_command_line_mounts_in_order_and_drops_everything() -> None:
+    plan = MountPlan(workspace="/w", hide=["/tmp", "/home/u"], show=["/home/u/.gitconfig"],
+                     pin=["/w/.tether"], read_only=["/w/SOUL.md"], granted=["/w/AGENTS.md"])
+    argv = bwrap_argv("bwrap", plan, ["bash", "-c", "true"], prlimit="prlimit",
+                      limits=SandboxLimits(cpu_seconds=7, memory_mb=1, file_size_mb=2,
+                                           processes=3))
+    text = " ".join(argv)
+    assert text.index("--ro-bind / /") < text.index("--tmpfs /tmp") < text.index(
+        "--bind /w /w") < text.index("--bind /w/.tether /w/.tether") < text.index(
+        "--ro-bind /w/SOUL.md /w/SOUL.md") < text.index("--bind /w/AGENTS.md /w/AGENTS.md")
+    assert "--unshare-all" in argv and "--share-net" not in argv
+    assert argv[argv.index("--cap-drop"):argv.index("--cap-drop") + 2] == ["--cap-drop", "ALL"]
+    assert "--die-with-parent" in argv and "--new-session" in argv
+    assert "--cpu=7:8" in argv and f"--as={1024 * 1024}" in argv and "--nproc=3" in argv
+    assert argv[-3:] == ["bash", "-c", "true"]
+    networked = bwrap_argv("bwrap", MountPlan(workspace="/w", network=True), ["true"],
+                           prlimit="prlimit", limits=SandboxLimits())
+    assert "--share-net" in networked
+    read_only = bwrap_argv("bwrap", MountPlan(workspace="/w", writable=False), ["true"],
+                           prlimit="prlimit", limits=SandboxLimits())
+    assert "--ro-bind /w /w" in " ".join(read_only)
+
+
+def test_protected_targets_find_case_variants_and_absent_files(ws: Path) -> None:
+    (ws / "identity.MD").write_text("x")
+    targets = {t.path: t for t in protected_targets(str(ws), PROTECTED)}
+    assert targets[str(ws / "SOUL.md")].exists
+    assert targets[str(ws / "identity.MD")].exists
+    assert str(ws / "IDENTITY.md") not in targets  # a variant exists: it is held instead
+    assert not targets[str(ws / "GUARDRAILS.md")].exists
+    assert not targets[str(ws / ".tether/policy.yaml")].exists
+    assert targets[str(ws / ".tether/rules")].is_dir
+
+
+def test_a_protected_path_through_a_link_cannot_be_held(ws: Path, tmp_path: Path) -> None:
+    (tmp_path / "real.md").write_text("x")
+    (ws / "GUARDRAILS.md").symlink_to(tmp_path / "real.md")
+    with pytest.raises(UnholdablePath):
+        protected_targets(str(ws), PROTECTED)
+
+
+# --- placeholders -------------------------------------------------------------------------
+
+
+def test_placeholders_are_shared_then_removed(tmp_path: Path) -> None:
+    root = tmp_path / "w"
+    root.mkdir()
+    holder = Placeholders(str(tmp_path / "ledger.json"))
+    soul, rules = str(root / "SOUL.md"), str(root / ".tether" / "rules")
+    with holder.holding([(soul, False), (rules, True)]) as made:
+        assert made == [soul, str(root / ".tether"), rules]
+        with holder.holding([(soul, False)]):
+            pass
+        assert os.path.exists(soul)  # still held by the outer call
+    assert not os.path.exists(soul) and not os.path.exists(root / ".tether")
+
+
+def test_placeholders_left_by_a_dead_engine_are_swept(tmp_path: Path) -> None:
+    root = tmp_path / "w"
+    root.mkdir()
+    ledger = str(tmp_path / "ledger.json")
+    held = Placeholders(ledger).holding([(str(root / "SOUL.md"), False)])
+    held.__enter__()  # the engine dies here: never released
+    (root / "kept.md").write_text("x")
+    assert Placeholders(ledger).sweep() == [str(root / "SOUL.md")]
+    assert sorted(os.listdir(root)) == ["kept.md"]
+
+
+def test_a_placeholder_someone_filled_is_left_alone(tmp_path: Path) -> None:
+    root = tmp_path / "w"
+    root.mkdir()
+    ledger = str(tmp_path / "ledger.json")
+    held = Placeholders(ledger).holding([(str(root / "SOUL.md"), False)])
+    held.__enter__()  # the engine dies here: never released
+    os.chmod(root / "SOUL.md", 0o644)
+    (root / "SOUL.md").write_text("a person wrote this meanwhile")
+    assert Placeholders(ledger).sweep() == []
+    assert (root / "SOUL.md").read_text() == "a person wrote this meanwhile"
+
+
+# --- effects ------------------------------------------------------------------------------
+
+
+def test_protected_files_cannot_be_written_removed_or_created(sandbox: Sandbox,
+                                                              ws: Path) -> None:
+    out = shell(sandbox, ws, "echo x > SOUL.md; rm -f SOUL.md AGENTS.md; mv SOUL.md s; "
+                             "echo x > IDENTITY.md; echo x > GUARDRAILS.md; "
+                             "mkdir -p .tether/rules && echo x > .tether/rules/r.md; "
+                             "echo x > .tether/policy.yaml; mv .tether t2; "
+                             "echo ok > fine.txt; cat fine.txt")
+    assert out.rstrip().endswith("ok")
+    assert (ws / "SOUL.md").read_text() == "soul\n"
+    assert (ws / "AGENTS.md").read_text() == "agents\n"
+    assert not (ws / "IDENTITY.md").exists() and not (ws / "GUARDRAILS.md").exists()
+    assert not (ws / ".tether").exists() and not (ws / "t2").exists()
+    assert (ws / "fine.txt").read_text() == "ok\n"
+
+
+def test_nothing_outside_the_workspace_can_be_written(sandbox: Sandbox, ws: Path,
+                                                      tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "target").write_text("original")
+    shell(sandbox, ws, f"echo x > {outside}/target; echo x > {outside}/new; "
+                       f"cp -s {outside}/target lnk && echo x > lnk; "
+                       f"ln -s {outside} out && echo x > out/new2; "
+                       f"CDPATH={tmp_path} cd outside && echo x > f; touch /etc/tether-x")
+    assert (outside / "target").read_text() == "original"
+    assert sorted(os.listdir(outside)) == ["target"]
+    assert not os.path.exists("/etc/tether-x")
+
+
+def test_home_state_and_host_tmp_are_hidden(sandbox: Sandbox, ws: Path,
+                                            tmp_path: Path) -> None:
+    secret = Path(os.path.expanduser("~")) / ".tether-sandbox-test-secret"
+    secret.write_text("ssh key")
+    try:
+        out = shell(sandbox, ws, f"cat {secret}; ls -A ~ | wc -l; ls /run | wc -l")
+    finally:
+        secret.unlink()
+    assert "ssh key" not in out
+    assert out.split()[-2:] == ["0", "0"]
+
+
+def test_the_network_is_off_unless_granted(sandbox: Sandbox, ws: Path,
+                                           listener: Listener) -> None:
+    send = (f"cat .env > /dev/tcp/127.0.0.1/{listener.port}; "
+            f"python3 -c \"import socket; s=socket.create_connection(('127.0.0.1', "
+            f"{listener.port})); s.sendall(b'py')\"")
+    shell(sandbox, ws, send)
+    time.sleep(0.3)  # the listener is a real socket: let a connection land if one came
+    assert listener.connections == 0 and listener.received == b""
+    shell(sandbox, ws, f"echo granted > /dev/tcp/127.0.0.1/{listener.port}",
+          Grant(network=True))
+    deadline = time.monotonic() + 5
+    while b"granted" not in listener.received and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert listener.received == b"granted\n"
+
+
+def test_a_granted_protected_write_is_allowed_but_not_a_deletion(sandbox: Sandbox,
+                                                                 ws: Path) -> None:
+    grant = Grant(writes=(str(ws / "AGENTS.md"),))
+    shell(sandbox, ws, "echo new > AGENTS.md; rm -f AGENTS.md; echo x > SOUL.md", grant)
+    assert (ws / "AGENTS.md").read_text() == "new\n"
+    assert (ws / "SOUL.md").read_text() == "soul\n"
+
+
+def test_git_configuration_and_hooks_are_read_only(sandbox: Sandbox, ws: Path) -> None:
+    shell(sandbox, ws, "git init -q .")
+    config = (ws / ".git" / "config").read_text()
+    shell(sandbox, ws, "git config alias.x '!touch pwned'; "
+                       "echo 'touch pwned' > .git/hooks/pre-commit; mv .git g2")
+    assert (ws / ".git" / "config").read_text() == config
+    assert not (ws / ".git" / "hooks" / "pre-commit").exists()
+    assert (ws / ".git").is_dir() and not (ws / "g2").exists()
+
+
+def test_limits_stop_a_fork_bomb_a_memory_hog_and_an_endless_loop(sandbox: Sandbox,
+                                                                  ws: Path) -> None:
+    bomb = shell(sandbox, ws, "f(){ f | f & }; f; sleep 5", timeout=20)
+    assert "process" in bomb or "Resource temporarily unavailable" in bomb
+    hog = shell(sandbox, ws, "python3 -c \"b = bytearray(2 * 1024 ** 3); print('allocated')\"")
+    assert "MemoryError" in hog and "allocated" not in hog
+    spin = shell(sandbox, ws, "while :; do :; done", timeout=30)
+    assert "CPU time limit" in spin or "SIGXCPU" in spin
+    big = shell(sandbox, ws, "head -c 5000000 /dev/zero > big.bin")
+    assert "file size limit" in big and os.path.getsize(ws / "big.bin") <= 1024 * 1024
+    # Each was stopped, and the sandbox still serves the next call.
+    assert shell(sandbox, ws, "echo alive").rstrip().endswith("alive")
+
+
+def test_a_cancelled_call_leaves_nothing_running(sandbox: Sandbox, ws: Path) -> None:
+    grant = Grant()
+    result: list[str] = []
+    thread = threading.Thread(target=lambda: result.append(shell(
+        sandbox, ws, "(while :; do date +%s%N >> ticks; sleep 0.05; done) & wait", grant)))
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not (ws / "ticks").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    grant.cancel.set()
+    thread.join(10)
+    assert "cancelled" in result[0]
+    lines = (ws / "ticks").read_text().count("\n")
+    time.sleep(0.3)
+    assert (ws / "ticks").read_text().count("\n") == lines
+
+
+def test_a_timed_out_call_leaves_no_background_writer(sandbox: Sandbox, ws: Path) -> None:
+    out = shell(sandbox, ws, "setsid sh -c 'while :; do echo x >> bg; sleep 0.05; done' &"
+                             " sleep 30", timeout=0.5)
+    assert "timed out" in out
+    size = (ws / "bg").stat().st_size
+    time.sleep(0.3)
+    assert (ws / "bg").stat().st_size == size
+
+
+def test_git_tools_run_read_only(sandbox: Sandbox, ws: Path) -> None:
+    shell(sandbox, ws, "git init -q . && git add README.md && "
+                       "git -c user.email=a@b -c user.name=a commit -qm init")
+    (ws / "README.md").write_text("changed\n")
+    tools = BuiltinTools(timeout=10, sandbox=sandbox, env=dict(os.environ))
+    assert "changed" in tools.execute("git_diff", {}, str(ws)).content
+    assert "M README.md" in tools.execute("git_status", {}, str(ws)).content
+    profile = tools.sandbox_profile("git_diff", Grant())
+    assert profile is not None and profile.writable == "none" and not profile.network
+
+
+# --- no sandbox ---------------------------------------------------------------------------
+
+
+def test_without_a_sandbox_shell_tools_are_refused_in_one_line(ws: Path) -> None:
+    tools = BuiltinTools()
+    out = tools.execute("run_shell", {"command": "echo x > pwned"}, str(ws))
+    assert out.is_error and out.content.startswith("refused:") and "\n" not in out.content
+    assert "bubblewrap" in out.content and not (ws / "pwned").exists()
+    assert tools.execute("git_status", {}, str(ws)).is_error
+    assert tools.sandbox_profile("run_shell", Grant()) is None
+
+
+def test_with_the_sandbox_off_commands_run_plain_and_say_so(ws: Path) -> None:
+    tools = BuiltinTools(sandbox=Unconfined(True, "off"))
+    out = tools.execute("run_shell", {"command": "echo hi > f && cat f"}, str(ws))
+    assert out.content.endswith("hi\n") and (ws / "f").exists()
+    profile = tools.sandbox_profile("run_shell", Grant())
+    assert profile is not None and profile.kind == "none"
