@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import pykka
@@ -57,12 +57,63 @@ class Judgement(msgspec.Struct, frozen=True):
     stages: list[StageRecord]
     writes: list[str] = []
     required_tier: int = 0
+    network: bool = False
+    """An allowed (or, once approved, escalated) call may reach the network."""
+
+
+#: The tools that start processes (contained by the sandbox when there is one).
+PROCESS_TOOLS = frozenset({"run_shell", "git_status", "git_diff"})
+SHELL_TOOLS = frozenset({"run_shell"})
+
+
+class Containment(msgspec.Struct, frozen=True):
+    """Whether tool processes run in a sandbox: ``sandboxed``; ``off`` (the settings
+    turned it off: every shell call needs a person); ``missing`` (none can be built here:
+    process tools are refused, ``reason`` saying why)."""
+
+    state: Literal["sandboxed", "off", "missing"] = "sandboxed"
+    reason: str = ""
+
+
+def _contain(judged: Judgement, tool: str, containment: Containment) -> Judgement:
+    """``judged`` as it stands where tool processes are not sandboxed: a process tool is
+    refused where no sandbox can be built; with the sandbox off, a shell call that would
+    run needs a person (tier 3), never less."""
+    if tool not in PROCESS_TOOLS or containment.state == "sandboxed" or (
+            judged.decision == "deny"):
+        return judged
+    if containment.state == "missing":
+        reason = (f"refused: {tool} runs only inside the sandbox, and there is none: "
+                  f"{containment.reason}")
+        stage = StageRecord("sandbox", "deny", reason)
+        return msgspec.structs.replace(judged, decision="deny", reason=reason, tier="sandbox",
+                                       stages=[*judged.stages, stage], required_tier=0)
+    if tool not in SHELL_TOOLS:
+        return judged  # the read-only git tools run plain, with hooks and filters off
+    why = 'the sandbox is off (sandbox = "off"), so a person decides every shell command'
+    reason = (f"{judged.reason}; {why}" if judged.decision == "escalate"
+              else f"{why}; it needs approval by {APPROVERS[3]}")
+    stage = StageRecord("sandbox", "escalate", why, 3)
+    return msgspec.structs.replace(judged, decision="escalate", reason=reason,
+                                   tier="escalation", stages=[*judged.stages, stage],
+                                   required_tier=3)
 
 
 def judge(
+    proposal: ToolProposal, deny_lists: Policy, pipeline: PipelineConfig, now: dt.datetime,
+    containment: Containment | None = None,
+) -> Judgement:
+    """Decide one proposal. Pure apart from reading the file system to resolve paths.
+
+    Without a sandbox (``containment``), process tools are refused, or (sandbox off)
+    shell calls need a person; see :func:`_contain`."""
+    judged = _judge(proposal, deny_lists, pipeline, now)
+    return _contain(judged, proposal.tool, containment or Containment())
+
+
+def _judge(
     proposal: ToolProposal, deny_lists: Policy, pipeline: PipelineConfig, now: dt.datetime
 ) -> Judgement:
-    """Decide one proposal. Pure apart from reading the file system to resolve paths."""
     digest = action_hash(proposal.tool, proposal.input)
     if digest != proposal.action_hash:
         reason = "the proposal's action hash does not match its input"
@@ -96,9 +147,10 @@ def judge(
     if evaluation.verdict == "escalate":
         needed = evaluation.required_tier or 3
         reason = f"{evaluation.reason}; it needs approval by {APPROVERS.get(needed, needed)}"
-        return Judgement("escalate", reason, "escalation", stages, writes, needed)
+        return Judgement("escalate", reason, "escalation", stages, writes, needed,
+                         network="network" in evaluation.action.classes)
     return Judgement(evaluation.verdict, evaluation.reason, evaluation.deciding_stage, stages,
-                     writes)
+                     writes, network="network" in evaluation.action.classes)
 
 
 class ReviewDone(msgspec.Struct):
@@ -148,6 +200,7 @@ class GatekeeperActor(TetherActor):
         provider: Provider | None = None,
         tier2: Tier2Settings | None = None,
         canaries: Ids | None = None,
+        containment: Containment | None = None,
     ) -> None:
         super().__init__(system)
         self.app = app
@@ -158,6 +211,7 @@ class GatekeeperActor(TetherActor):
         self.tier2 = tier2 or Tier2Settings()
         self.canaries = canaries or RandomIds()
         self.budget = Tier2Budget(self.tier2, self.clock.now())
+        self.containment = containment or Containment()
         self.waiting: dict[str, _Waiting] = {}
 
     def handle(self, message: Any, envelope: Envelope | None) -> None:
@@ -170,7 +224,8 @@ class GatekeeperActor(TetherActor):
         existing = self.app.load(
             decision_uuid(message.session_id, message.call_id, digest), ToolDecision
         )
-        judged = judge(message, self.policy, self.pipeline, self.clock.now())
+        judged = judge(message, self.policy, self.pipeline, self.clock.now(),
+                       self.containment)
         if existing is not None:
             # A re-sent proposal keeps its first decision (the audit record is immutable).
             judged = msgspec.structs.replace(
@@ -248,5 +303,6 @@ class GatekeeperActor(TetherActor):
                 tier=tier,
                 writes=judged.writes,
                 required_tier=judged.required_tier if decision == "escalate" else 0,
+                network=judged.network and decision in ("allow", "escalate"),
             ),
         )

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import pykka
 
-from actors.gatekeeper import GatekeeperActor
+from actors.gatekeeper import Containment, GatekeeperActor
 from actors.gatekeeper_policy import Policy
 from actors.interactions import InteractionCoordinatorActor, Tick
 from actors.manager import KillAll, SessionLimits, SessionManagerActor
@@ -203,6 +203,14 @@ class Host:
                             log_dir=os.path.join(self.settings.state_dir, "mcp"))
         return WithMcpTools(builtin, self.mcp)
 
+    def _containment(self) -> Containment:
+        """What the gatekeeper must know of the sandbox (injected tools: the settings)."""
+        if self.settings.sandbox == "off":
+            return Containment("off")
+        if isinstance(self.sandbox, Unconfined) and not self.sandbox.allowed:
+            return Containment("missing", self.sandbox.reason)
+        return Containment("sandboxed")
+
     @property
     def nats_url(self) -> str:
         """The URL of the NATS server this host uses."""
@@ -303,6 +311,7 @@ class Host:
             provider=self.provider,
             tier2=settings.tier2,
             canaries=self.canaries,
+            containment=self._containment(),
         )
         self.coordinator = system.start(
             InteractionCoordinatorActor,
