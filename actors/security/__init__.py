@@ -7,9 +7,11 @@ and :func:`actors.security.policy.load_policy`, which reads one policy file.
 Stages, in order (see :func:`actors.security.pipeline.evaluate`):
 
 1. :mod:`actors.security.action` turns a tool call into an :class:`ActionRequest`, hashes it
-   and enriches it (paths resolved against the workspace, shell commands parsed, classes);
+   and enriches it (paths resolved against the workspace, shell commands read the way bash
+   reads them by :mod:`actors.security.shell`, classes, what cannot be read completely);
 2. :mod:`actors.security.protection` applies the hard rules (identity files, memory files,
-   agent configuration, workspace confinement): refuse, or a minimum tier;
+   agent configuration, workspace confinement, tier 3 for what cannot be read completely):
+   refuse, or a minimum tier;
 3. :mod:`actors.security.policy` is tier 0: ordered YAML rules, first match wins;
 4. :mod:`actors.security.heuristics` is tier 1: dangerous commands and content.
 

@@ -18,7 +18,7 @@ import msgspec
 
 from actors.gatekeeper_policy import action_hash as _gatekeeper_action_hash
 from actors.security.globs import expand_braces, has_glob
-from actors.security.shell import ShellCommand, Target, is_dynamic, parse_shell
+from actors.security.shell import ShellCommand, Target, hosts_in, is_dynamic, parse_shell
 
 ActionClass = Literal["read", "write", "delete", "execute", "network"]
 Access = Literal["read", "write", "delete"]
@@ -104,7 +104,10 @@ class EnrichedAction(msgspec.Struct, frozen=True):
     ``tool_known`` whether the tool's fields are modelled (unknown tools are treated as
     writing every path-like field); a tool the operator declared read-only (an MCP server
     with ``trust = "read"``) counts as modelled, unless a call of it names a relative path
-    from a folder Tether does not know (:func:`enrich`).
+    from a folder Tether does not know (:func:`enrich`). ``unreadable`` lists why the judge
+    cannot read the call completely (a shell construct it does not fully understand: a
+    program fed on standard input, inline code, a computed command name ...); protection
+    turns each into a minimum tier, so such a call is never allowed without approval.
     """
 
     request: ActionRequest
@@ -117,6 +120,7 @@ class EnrichedAction(msgspec.Struct, frozen=True):
     hosts: tuple[str, ...]
     problems: tuple[str, ...]
     tool_known: bool
+    unreadable: tuple[str, ...] = ()
 
     def touching(self, *accesses: str) -> tuple[PathRef, ...]:
         """The paths touched with one of ``accesses`` (``"write"``, ``"delete"``...)."""
@@ -367,6 +371,7 @@ def enrich(request: ActionRequest, workspace: str, home: str | None = None,
     commands: tuple[ShellCommand, ...] = ()
     hosts: list[str] = []
     command: str | None = None
+    unreadable: list[str] = []
 
     if spec is not None:
         for key, access, default in spec.paths:
@@ -410,17 +415,17 @@ def enrich(request: ActionRequest, workspace: str, home: str | None = None,
         parsed = parse_shell(command, root, home_dir)
         problems.extend(parsed.problems)
         commands = parsed.commands
+        unreadable.extend(parsed.unreadable)
         for index, cmd in enumerate(commands):
             classes.update(cmd.classes)
             hosts.extend(cmd.hosts)
+            unreadable.extend(cmd.unreadable)
             for target in cmd.targets:
                 paths.extend(_target_refs(target, index, cmd, root, home_dir))
     if spec is not None and request.type in ("WebFetch",):
         url = payload.get("url")
         if isinstance(url, str):
-            from actors.security.shell import _hosts_in
-
-            hosts.extend(_hosts_in([url]))
+            hosts.extend(hosts_in([url]))
 
     for ref in paths:
         classes.add(ref.access)
@@ -435,6 +440,7 @@ def enrich(request: ActionRequest, workspace: str, home: str | None = None,
         hosts=tuple(dict.fromkeys(hosts)),
         problems=tuple(problems),
         tool_known=spec is not None or trusted_read,
+        unreadable=tuple(dict.fromkeys(unreadable)),
     )
 
 
@@ -466,14 +472,21 @@ def _has_relative_path(payload: Mapping[str, Any], home: str) -> bool:
 def _target_refs(
     target: Target, index: int, cmd: ShellCommand, root: str, home: str
 ) -> list[PathRef]:
-    return _make_ref(
-        target.path,
-        target.access,
-        target.via,
-        index,
-        cmd.cwd,
-        root,
-        home,
-        recursive=target.recursive,
-        dynamic=target.dynamic,
-    )
+    """The paths ``target`` may lead to: taken from the folder the command runs in, and
+    from every other folder it may run in (a ``cd`` before it that may have failed)."""
+    refs: list[PathRef] = []
+    absolute = target.path.startswith(("/", "~"))
+    bases = [cmd.cwd] if absolute else list(dict.fromkeys([cmd.cwd, *cmd.alt_cwds]))
+    for base in bases:
+        refs.extend(_make_ref(
+            target.path,
+            target.access,
+            target.via,
+            index,
+            base,
+            root,
+            home,
+            recursive=target.recursive,
+            dynamic=target.dynamic,
+        ))
+    return refs

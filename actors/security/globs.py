@@ -42,21 +42,25 @@ def glob_regex(pattern: str, ignore_case: bool = False) -> re.Pattern[str]:
             out.append("[^/]")
             i += 1
         elif ch == "[":
-            end = pattern.find("]", i + 2 if pattern[i + 1 : i + 2] in ("!", "^") else i + 1)
+            # a "]" right after "[" (or "[!") is a member of the class, not its end
+            first = i + 2 if pattern[i + 1 : i + 2] in ("!", "^") else i + 1
+            end = pattern.find("]", first + 1)
             if end < 0:
                 out.append(re.escape(ch))
                 i += 1
                 continue
-            body = pattern[i + 1 : end]
-            if body.startswith(("!", "^")):
-                body = "^" + body[1:]
-            out.append("[" + body.replace("\\", "\\\\") + "]")
+            body = pattern[first:end]
+            members = re.sub(r"([\\\[\]^])", r"\\\1", body)
+            out.append(("[^" if first == i + 2 else "[") + members + "]")
             i = end + 1
         else:
             out.append(re.escape(ch))
             i += 1
     flags = re.IGNORECASE if ignore_case else 0
-    return re.compile("".join(out), flags | re.DOTALL)
+    try:
+        return re.compile("".join(out), flags | re.DOTALL)
+    except re.error:  # never raise on what a command wrote: match it literally
+        return re.compile(re.escape(pattern), flags | re.DOTALL)
 
 
 def glob_match(pattern: str, path: str, ignore_case: bool = False) -> bool:

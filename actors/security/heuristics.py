@@ -14,17 +14,26 @@ An empty result means the heuristics saw nothing wrong. The heuristics:
   escalate for ``.env``, ``.netrc`` and tool tokens);
 * ``exfiltration`` (escalate; deny for credential files): uploading files with curl
   ``-d @file``/``-F``/``-T``, wget ``--post-file``, scp/rsync to a host, or data into nc/ssh;
-* ``reverse_shell`` (deny): ``nc -e``, ``/dev/tcp/`` redirections;
+* ``reverse_shell`` (deny): ``nc -e``, ``/dev/tcp/`` or ``/dev/udp/`` however it is quoted
+  (``/dev/t""cp``, ``$'\x2fdev/tcp'``, a variable holding it), ``socat ... exec:``;
 * ``obfuscated_execution`` (deny): decoded or hex-escaped text executed (``base64 -d | sh``,
   ``eval $(... base64 -d)``, ``python -c`` with exec and base64, ``$'\\x..'`` escapes);
 * ``inline_code_writes`` (escalate): ``python -c``/``perl -e``/``node -e`` code that writes
   or deletes files, which protection cannot see into;
 * ``dangerous_content`` (escalate): written file content holding a pipe-to-shell download
-  or decoded execution.
+  or decoded execution;
+* ``runs_project_code`` (escalate): ``make``, ``cmake``, ``ninja`` run the commands of the
+  project's build files;
+* ``installs_packages`` (escalate): ``pip install``, ``npm install``, ``npx`` ... run the
+  packages' install scripts and reach the network.
+
+The last two escalate "unless the policy allows": an explicit tier-0 allow rule for the
+command outweighs them (see :mod:`actors.security.pipeline`).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from collections.abc import Iterable
@@ -144,6 +153,7 @@ def scan(action: EnrichedAction, home: str | None = None) -> tuple[Finding, ...]
     findings.extend(_obfuscated(commands, action.command or ""))
     findings.extend(_inline_writes(commands))
     findings.extend(_content(action))
+    findings.extend(_project_code(commands))
     return tuple(dict.fromkeys(findings))
 
 
@@ -376,8 +386,48 @@ def _reverse_shell(commands: list[ShellCommand], text: str) -> list[Finding]:
             out.append(
                 _finding("reverse_shell", "deny", f"{cmd.name} -e hands a shell to the network")
             )
-    if re.search(r"/dev/(tcp|udp)/", text) or re.search(r"\bsocat\b.*\bexec:", text, re.I):
+    words = [t for c in commands for _, t in c.redirects] + [a for c in commands for a in c.argv]
+    if (re.search(r"/dev/(tcp|udp)/", text) or any(_socket(w) for w in words)
+            or re.search(r"\bsocat\b.*\bexec:", text, re.I)):
         out.append(_finding("reverse_shell", "deny", "the command wires a shell to a socket"))
+    return out
+
+
+def _socket(word: str) -> bool:
+    """``/dev/tcp/...`` or ``/dev/udp/...``, also as a glob that matches it (``/dev/tc?``)."""
+    parts = [p for p in word.split("/") if p]
+    return word.startswith("/") and len(parts) >= 2 and fnmatch.fnmatchcase("dev", parts[0]) and (
+        fnmatch.fnmatchcase("tcp", parts[1]) or fnmatch.fnmatchcase("udp", parts[1]))
+
+
+_BUILDERS = frozenset({"make", "gmake", "bmake", "cmake", "ninja"})
+_INSTALLERS = {
+    "pip": ("install", "download", "wheel"), "pip3": ("install", "download", "wheel"),
+    "npm": ("install", "i", "ci", "add", "exec", "x", "update", "rebuild"),
+    "pnpm": ("install", "i", "add", "dlx", "exec", "update"),
+    "yarn": ("install", "add", "dlx", "up", "upgrade"),
+    "uv": ("pip", "add", "sync", "tool"), "poetry": ("install", "add", "update"),
+    "pipx": ("install", "run", "inject"), "gem": ("install",), "bundle": ("install", "add"),
+    "cargo": ("install",), "go": ("install", "get"), "composer": ("install", "require"),
+    "bun": ("install", "add", "x"), "deno": ("install",), "conda": ("install", "create"),
+    "mamba": ("install", "create"), "brew": ("install",), "apt": ("install",),
+    "apt-get": ("install",),
+}
+
+
+def _project_code(commands: list[ShellCommand]) -> list[Finding]:
+    out: list[Finding] = []
+    for cmd in commands:
+        args = [a for a in cmd.argv[1:] if not a.startswith("-")]
+        if cmd.name in _BUILDERS:
+            out.append(_finding("runs_project_code", "escalate",
+                                f"{cmd.name} runs the commands written in the build files"))
+        elif cmd.name in ("npx", "pnpx", "bunx", "uvx") or (
+            args and args[0] in _INSTALLERS.get(cmd.name, ())
+        ) or (cmd.name in INTERPRETERS and cmd.argv[1:3] in (("-m", "pip"), ("-m", "ensurepip"))
+              and "install" in cmd.argv):
+            out.append(_finding("installs_packages", "escalate",
+                                f"{cmd.name} installs packages, running their install scripts"))
     return out
 
 

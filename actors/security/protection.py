@@ -4,6 +4,10 @@ Contract of :func:`check_protection` (first match per path, all paths checked):
 
 * anything the enrichment could not analyse (an unparseable command, a payload field of the
   wrong type, a missing workspace) is **refused**;
+* anything the enrichment could analyse but not read completely (``unreadable``: a shell
+  construct such as a program fed on standard input, inline code, ``eval``, a computed
+  command name) needs :data:`UNREADABLE_MIN_TIER` (a person): it is never allowed by the
+  policy or the heuristics alone;
 * a path written or deleted (tool field or shell target) that is dynamic (cannot be known
   before running), climbs above the workspace with ``..``, or lies outside the workspace
   (before or after following symlinks) is **refused**; ``/dev/null`` and friends are fine;
@@ -16,7 +20,8 @@ Contract of :func:`check_protection` (first match per path, all paths checked):
   file is recognised without regard to case, by its path before and after symlinks, by a
   hard link to it, by a glob that could match it, by a recursive operation on a folder that
   holds it, and by being named in the arguments of a command whose file effects are not
-  modelled (``python``, ``vim``, ``git checkout``...).
+  modelled (``python``, ``vim``, ``git checkout``...), also through a glob or brace
+  pattern there that matches it (``gzip *.md``).
 
 The result is a refusal (with every reason) or the minimum tier the decision must reach.
 """
@@ -24,6 +29,7 @@ The result is a refusal (with every reason) or the minimum tier the decision mus
 from __future__ import annotations
 
 import functools
+import glob as globmod
 import os
 import re
 from collections.abc import Callable
@@ -32,7 +38,7 @@ from typing import Literal
 import msgspec
 
 from actors.security.action import EnrichedAction, PathRef
-from actors.security.globs import glob_match, has_glob, literal_prefix
+from actors.security.globs import expand_braces, glob_match, has_glob, literal_prefix
 
 #: Identity and guardrail files: never written, never deleted (seed: IDENTITY.md, SOUL.md).
 DEFAULT_IDENTITY_FILES: tuple[str, ...] = ("SOUL.md", "IDENTITY.md", "GUARDRAILS.md")
@@ -51,10 +57,21 @@ DEFAULT_CONFIG_FILES: tuple[str, ...] = (
     ".tether/skills/**",
     ".claude/settings.json",
     ".claude/settings.local.json",
+    # git runs the programs its configuration and hooks name (pager, fsmonitor, aliases)
+    ".git/config",
+    ".git/config.worktree",
+    ".git/hooks/**",
+    "*/.git/config",
+    "*/.git/hooks/**",
 )
 
+#: The tier a call the judge cannot read completely needs: a person.
+UNREADABLE_MIN_TIER = 3
+
 Category = Literal["identity", "config", "memory"]
-Rule = Literal["identity", "config", "memory", "outside", "escape", "dynamic", "unanalysable"]
+Rule = Literal[
+    "identity", "config", "memory", "outside", "escape", "dynamic", "unanalysable", "unreadable"
+]
 
 
 class ProtectionConfig(msgspec.Struct, frozen=True):
@@ -136,11 +153,15 @@ def _remember_inode(
 
 @functools.lru_cache(maxsize=32)
 def _name_patterns(config: ProtectionConfig) -> tuple[tuple[Category, re.Pattern[str]], ...]:
-    """The protected leaf names as word patterns (they depend on the settings only)."""
+    """The protected leaf names as word patterns (they depend on the settings only). Files
+    inside ``.git`` have generic names (``config``), so they are recognised by the
+    ``.git/<name>`` path instead."""
     names: list[tuple[Category, re.Pattern[str]]] = []
     for category, patterns in _groups(config):
         for pattern in patterns:
-            leaf = pattern.rsplit("/", 1)[-1]
+            folder, _, leaf = pattern.rpartition("/")
+            if folder == ".git" or folder.endswith("/.git"):
+                leaf = ".git/" + leaf
             if leaf and not has_glob(leaf):
                 names.append((
                     category,
@@ -202,6 +223,22 @@ class _Protected:
     def mentioned(self, text: str) -> list[tuple[Category, str]]:
         return [(c, m.group(0)) for c, rx in self.names if (m := rx.search(text))]
 
+    def mentioned_by(self, arg: str, cwds: list[str]) -> list[tuple[Category, str]]:
+        """The protected files an argument names: as written, through its brace
+        alternatives, and through the files its glob patterns match in any of ``cwds``."""
+        found = self.mentioned(arg)
+        words = expand_braces(arg) if "{" in arg else [arg]
+        for word in words:
+            found.extend(self.mentioned(word))
+            for cwd in cwds if has_glob(word) else []:
+                try:
+                    matches = sorted(globmod.glob(os.path.join(cwd, word)))[:1000]
+                except (OSError, ValueError):
+                    matches = []
+                for match in matches:
+                    found.extend(self.mentioned(os.path.relpath(match, cwd)))
+        return list(dict.fromkeys(found))
+
 
 def check_protection(
     action: EnrichedAction, config: ProtectionConfig | None = None
@@ -219,6 +256,9 @@ def check_protection(
 
     for problem in action.problems:
         refuse("unanalysable", "", f"refused: {problem}")
+    for why in action.unreadable:
+        tier("unreadable", "", UNREADABLE_MIN_TIER,
+             f"the judge cannot read this command completely: {why}")
 
     for ref in action.paths:
         shown = ref.original or "(unknown)"
@@ -257,7 +297,8 @@ def check_protection(
         if not cmd.opaque:
             continue
         for arg in cmd.argv[1:]:
-            for category, name in protected.mentioned(arg):
+            bases = [cmd.cwd, *cmd.alt_cwds] if cmd.cwd is not None else []
+            for category, name in protected.mentioned_by(arg, bases):
                 _apply(
                     category, "write", name, f"{cmd.name} (arguments name it)", cfg, refuse, tier
                 )
