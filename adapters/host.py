@@ -73,9 +73,17 @@ V = TypeVar("V", bound=TrackedView)
 _SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|DATABASE_URL)", re.I)
 
 
+#: Variables that make bash run or find code the judge never read (a startup file, exported
+#: functions, a search path for ``cd``, shell options): never inherited by shell tools.
+_SHELL_HOOKS = re.compile(r"^(BASH_ENV|ENV|CDPATH|GLOBIGNORE|PROMPT_COMMAND|SHELLOPTS|BASHOPTS"
+                          r"|BASH_FUNC_.*|PS4|INPUTRC)$")
+
+
 def tool_environment() -> dict[str, str]:
-    """The environment shell tools run with: this process's, less anything secret."""
-    return {k: v for k, v in os.environ.items() if not _SECRET_ENV.search(k)}
+    """The environment shell tools run with: this process's, less anything secret and
+    anything that would make bash run code it was not given."""
+    return {k: v for k, v in os.environ.items()
+            if not _SECRET_ENV.search(k) and not _SHELL_HOOKS.match(k)}
 
 
 def build_sandbox(settings: Settings) -> tuple[Sandbox | Unconfined, SandboxReport | None]:

@@ -12,21 +12,20 @@ caller refuses to run.
 
 from __future__ import annotations
 
+import glob
 import os
 import stat
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from actors.security.globs import glob_match, has_glob
+from actors.security.globs import has_glob
 
 #: Held read-only by the sandbox in every workspace besides the protection settings: git's
 #: configuration and hooks run code outside the sandbox the next time a person runs git.
 GIT_PROTECTED: tuple[str, ...] = (".git/config", ".git/hooks")
 
-#: Folders a protection glob is never searched for below (their size, not their safety).
-_WALK_SKIPPED = frozenset({".git", "node_modules", ".venv", "__pycache__"})
-#: Most entries a protection glob looks at in a workspace before giving up on the rest.
-_WALK_LIMIT = 20_000
+#: Most paths a protection glob holds in one call.
+_WALK_LIMIT = 10_000
 
 
 class UnholdablePath(Exception):
@@ -110,24 +109,20 @@ def protected_targets(root: str, patterns: Iterable[str]) -> list[Target]:
 
 
 def _glob_matches(root: str, patterns: list[str]) -> list[str]:
-    """Existing paths below ``root`` matching any glob of ``patterns`` (case ignored)."""
+    """Existing paths below ``root`` matching a glob of ``patterns`` (as written: case is
+    not folded for globs), at most ``_WALK_LIMIT`` of them."""
     found: list[str] = []
-    seen = 0
-    for folder, subfolders, names in os.walk(root):
-        subfolders[:] = [d for d in subfolders if d not in _WALK_SKIPPED]
-        for name in [*subfolders, *names]:
-            seen += 1
-            full = os.path.join(folder, name)
-            rel = os.path.relpath(full, root).replace(os.sep, "/")
-            if any(glob_match(p, rel, ignore_case=True) for p in patterns):
-                if os.path.islink(full):
-                    raise UnholdablePath(
-                        f"{rel} is a symlink; the sandbox cannot hold a protected path "
-                        f"reached through a link"
-                    )
-                found.append(full)
-        if seen > _WALK_LIMIT:
-            break
+    for pattern in patterns:
+        for rel in glob.iglob(pattern, root_dir=root, recursive=True, include_hidden=True):
+            full = os.path.join(root, rel)
+            if os.path.islink(full):
+                raise UnholdablePath(
+                    f"{rel} is a symlink; the sandbox cannot hold a protected path reached "
+                    f"through a link"
+                )
+            found.append(full)
+            if len(found) >= _WALK_LIMIT:
+                return found
     return found
 
 

@@ -30,7 +30,7 @@ from adapters.tools import BuiltinTools
 from adapters.tools.shell import Unconfined
 from events.sandbox import SandboxLimits
 
-PROTECTED = ("SOUL.md", "IDENTITY.md", "GUARDRAILS.md", "MEMORY.md", "AGENTS.md",
+PROTECTED = ("SOUL.md", "IDENTITY.md", "GUARDRAILS.md", "MEMORY.md", "AGENTS.md", "*/.git/config",
              "HEARTBEAT.md", ".tether/policy.yaml", ".tether/rules/**")
 
 
@@ -345,3 +345,11 @@ def test_with_the_sandbox_off_commands_run_plain_and_say_so(ws: Path) -> None:
     assert out.content.endswith("hi\n") and (ws / "f").exists()
     profile = tools.sandbox_profile("run_shell", Grant())
     assert profile is not None and profile.kind == "none"
+
+
+def test_a_nested_repository_configuration_is_held_too(sandbox: Sandbox, ws: Path) -> None:
+    sub = ws / "vendor"
+    (sub / ".git").mkdir(parents=True)
+    (sub / ".git" / "config").write_text("[core]\n")
+    shell(sandbox, ws, "echo '[alias] x = !touch pwned' >> vendor/.git/config")
+    assert (sub / ".git" / "config").read_text() == "[core]\n"
