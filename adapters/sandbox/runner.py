@@ -5,16 +5,20 @@ a :class:`~adapters.sandbox.bwrap.MountPlan`, holds the placeholders for protect
 that do not exist yet while it runs, and runs it with the call's limits: its processes are
 killed when the call times out, is cancelled, or (where the process-count limit cannot be
 enforced by the kernel, as for root) starts more processes than allowed.
+:meth:`Sandbox.command` gives the same containment to a long-lived process (an MCP stdio
+server) that the caller starts and ends itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from actors.ports import Grant
 from adapters.process import Finished, run_process
 from adapters.sandbox.bwrap import MountPlan, bwrap_argv
+from adapters.sandbox.cgroup import CallCgroup, find_parent
 from adapters.sandbox.placeholders import Placeholders
 from adapters.sandbox.protected import ancestors, protected_targets
 from events.sandbox import SandboxLimits, SandboxProfile
@@ -26,7 +30,8 @@ class Sandbox:
     ``protected``: the workspace-relative protection globs; ``limits``: each call's
     resource limits; ``home_visible``: entries of the user's home shown read-only (the
     rest of the home is hidden); ``hidden``: more folders to hide (the state directory);
-    ``placeholders``: where absent protected files get their stand-ins.
+    ``placeholders``: where absent protected files get their stand-ins; ``cgroup_parent``:
+    where each call's pids cgroup is made (None: found here; "": none).
     """
 
     def __init__(
@@ -39,6 +44,7 @@ class Sandbox:
         home_visible: Iterable[str] = (),
         hidden: Iterable[str] = (),
         placeholders: Placeholders | None = None,
+        cgroup_parent: str | None = None,
     ) -> None:
         self.bwrap = bwrap
         self.prlimit = prlimit
@@ -47,6 +53,9 @@ class Sandbox:
         self.home_visible = tuple(home_visible)
         self.hidden = tuple(hidden)
         self.placeholders = placeholders or Placeholders()
+        #: Where each call gets a pids cgroup ("" where none can be made: the kernel's
+        #: RLIMIT_NPROC, or for root a polling watchdog, limits processes instead).
+        self.cgroup_parent = find_parent() if cgroup_parent is None else cgroup_parent
 
     def profile(self, grant: Grant, *, writable: bool, wall_seconds: float) -> SandboxProfile:
         """The profile a call with ``grant`` runs under (recorded before it runs)."""
@@ -78,6 +87,34 @@ class Sandbox:
         return [os.path.join(home, entry) for entry in self.home_visible
                 if entry and not os.path.isabs(entry) and ".." not in entry.split("/")]
 
+    @contextlib.contextmanager
+    def _plan(
+        self, workspace: str, *, writes: Iterable[str], network: bool, writable: bool,
+    ) -> Iterator[MountPlan]:
+        """The mount plan of a process in ``workspace``'s sandbox, valid for the ``with``
+        block: the placeholders of absent protected files are held until it ends.
+        ``writes``: the protected paths left writable (still undeletable). Raises
+        ``UnholdablePath`` when a protected path cannot be held."""
+        root = os.path.realpath(workspace)
+        granted = {os.path.realpath(p) for p in writes}
+        targets = protected_targets(root, self.protected) if writable else []
+        absent = [(t.path, t.is_dir) for t in targets if not t.exists and t.path not in granted]
+        with self.placeholders.holding(absent) as made:
+            held = [t.path for t in targets if t.exists] + [p for p, _ in absent]
+            pins = {a for t in targets for a in ancestors(root, t.path)} | (
+                set(made) - {p for p, _ in absent})
+            yield MountPlan(
+                workspace=root,
+                writable=writable,
+                hide=self._hidden_folders(root),
+                show=self._shown(),
+                pin=sorted((p for p in pins if os.path.isdir(p)),
+                           key=lambda p: (p.count(os.sep), p)),
+                read_only=[p for p in held if p not in granted and os.path.lexists(p)],
+                granted=[p for p in held if p in granted and os.path.lexists(p)],
+                network=network,
+            )
+
     def run(
         self,
         argv: list[str],
@@ -92,29 +129,43 @@ class Sandbox:
         """Run ``argv`` in ``workspace``'s sandbox; see the module's contract. Raises
         ``UnholdablePath`` when a protected path cannot be held (nothing runs) and
         ``OSError`` when bwrap cannot start."""
-        root = os.path.realpath(workspace)
-        granted = {os.path.realpath(p) for p in grant.writes}
-        targets = protected_targets(root, self.protected) if writable else []
-        absent = [(t.path, t.is_dir) for t in targets if not t.exists and t.path not in granted]
-        with self.placeholders.holding(absent) as made:
-            held = [t.path for t in targets if t.exists] + [p for p, _ in absent]
-            pins = {a for t in targets for a in ancestors(root, t.path)} | (
-                set(made) - {p for p, _ in absent})
-            plan = MountPlan(
-                workspace=root,
-                writable=writable,
-                hide=self._hidden_folders(root),
-                show=self._shown(),
-                pin=sorted((p for p in pins if os.path.isdir(p)),
-                           key=lambda p: (p.count(os.sep), p)),
-                read_only=[p for p in held if p not in granted and os.path.lexists(p)],
-                granted=[p for p in held if p in granted and os.path.lexists(p)],
-                network=grant.network,
-            )
+        with self._plan(workspace, writes=grant.writes, network=grant.network,
+                        writable=writable) as plan:
             command = bwrap_argv(self.bwrap, plan, argv, prlimit=self.prlimit,
                                  limits=self.limits)
-            return run_process(command, root, env, timeout=timeout, cap=cap,
-                               cancel=grant.cancel, watchdog=self._watchdog())
+            if not self.cgroup_parent:
+                return run_process(command, plan.workspace, env, timeout=timeout, cap=cap,
+                                   cancel=grant.cancel, watchdog=self._watchdog())
+            cgroup = CallCgroup(self.cgroup_parent, self.limits.processes)
+            try:
+                # The kernel refuses the fork past the limit; the call is then stopped
+                # (a fork bomb would otherwise retry until its time runs out).
+                return run_process(cgroup.wrap(command), plan.workspace, env,
+                                   timeout=timeout, cap=cap, cancel=grant.cancel,
+                                   watchdog=lambda _pid: self._over_limit(
+                                       cgroup.hit_limit()))
+            finally:
+                cgroup.remove()
+
+    @contextlib.contextmanager
+    def command(
+        self, argv: list[str], cwd: str, *, network: bool, writable: bool,
+    ) -> Iterator[list[str]]:
+        """The command line that runs ``argv`` in ``cwd``'s sandbox as a long-lived
+        process (an MCP stdio server), for the caller to start inside the ``with`` block:
+        the placeholders are held until the block ends, so the process must have ended
+        by then. The same containment as :meth:`run` (``cwd`` the writable root, or
+        read-only; no protected file writable; the network only if ``network``), the
+        prlimit limits (its CPU seconds count over the process's whole life) and
+        ``--die-with-parent``; no wall-clock limit and no process watchdog. Raises
+        ``UnholdablePath`` when a protected path cannot be held."""
+        with self._plan(cwd, writes=(), network=network, writable=writable) as plan:
+            yield bwrap_argv(self.bwrap, plan, argv, prlimit=self.prlimit,
+                             limits=self.limits)
+
+    def _over_limit(self, over: bool) -> str:
+        return (f"stopped: it tried to run more than {self.limits.processes} processes at "
+                f"once (the sandbox's process limit)") if over else ""
 
     def _watchdog(self) -> Callable[[int], str] | None:
         """A process counter for when the kernel will not count for us: RLIMIT_NPROC
@@ -130,11 +181,7 @@ class Sandbox:
                 if ino is None:
                     return ""
                 namespace.append(ino)
-            count = _count_in_namespace(namespace[0], limit + 1)
-            if count > limit:
-                return (f"stopped: more than {limit} processes at once (the sandbox's "
-                        f"process limit)")
-            return ""
+            return self._over_limit(_count_in_namespace(namespace[0], limit + 1) > limit)
 
         return check
 
