@@ -60,6 +60,14 @@ def _version(bwrap: str) -> str:
     return done.stdout.strip()
 
 
+def _process_limiter(sandbox: Sandbox) -> str:
+    if sandbox.cgroup_parent:
+        return "a pids cgroup per call"
+    if os.geteuid() != 0:
+        return "RLIMIT_NPROC"
+    return "a watchdog polling every 50 ms (root, and no cgroup can be made)"
+
+
 def probe(bwrap: str = "", prlimit: str = "") -> SandboxReport:
     """Run the sandbox once and say what holds. ``bwrap`` and ``prlimit`` name the
     binaries (default: found on PATH)."""
@@ -94,6 +102,7 @@ def probe(bwrap: str = "", prlimit: str = "") -> SandboxReport:
         ("network off", "net-off" in words, "only a private loopback"),
         ("own PID namespace", "pid-private" in words, ""),
         ("resource limits", "limits-on" in words, "CPU, memory, file size, processes"),
+        ("process limit enforced by", True, _process_limiter(sandbox)),
         ("home hidden", "home-hidden" in words, ""),
     ]
     failed = [name for name, ok, _ in checks if not ok]
