@@ -113,6 +113,11 @@ class McpServer(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ``trust`` says how the gatekeeper judges the server's tools: ``ask`` (the default)
     as tools Tether does not model, so a person decides unless the policy file allows
     them; ``read`` as reads (path-like fields read paths), judged like ``read_file``.
+
+    A stdio server runs in the sandbox for its whole life: its ``cwd`` is the one
+    writable folder (read-only with ``writable = false``; protected files in it always
+    read-only), and it has no network unless ``network = true``. Both are ignored for a
+    url server, which is not a process of Tether's.
     """
 
     command: str = ""
@@ -122,6 +127,8 @@ class McpServer(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     url: str = ""
     headers: dict[str, str] = {}
     trust: Literal["ask", "read"] = "ask"
+    network: bool = False
+    writable: bool = True
 
     @property
     def transport(self) -> str:

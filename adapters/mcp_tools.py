@@ -10,6 +10,11 @@ than 64 characters is cut and ends in a hash of the tool's own name). A tool who
 is valid as it is always keeps it; a changed name that clashes with another gets the hash
 too; only a tool listed twice under one name is left out. Every change is logged.
 
+Processes. A stdio server runs inside the sandbox for its whole life
+(:mod:`adapters.mcp_stdio`): its folder the only writable place, no network unless its
+table says ``network = true``; plainly with ``sandbox = "off"``. Where no sandbox can be
+built it is not started at all, and each call of one of its tools answers why.
+
 Connections. One supervisor task per server connects, lists the server's tools, then
 waits until the connection is lost (the process exits, an HTTP request or a ping fails)
 and connects again after a pause: ``retry_first`` (1 s) at first, doubling up to
@@ -58,7 +63,7 @@ from typing import Any, NamedTuple, TextIO
 import anyio
 import httpx
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp import ClientSession, StdioServerParameters, types
+from mcp import ClientSession, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
@@ -67,6 +72,9 @@ from mcp.shared.message import SessionMessage
 from actors.ports import Grant, ToolExecutor, ToolOutput
 from actors.security.action import ReadOnlyTools
 from adapters.config import McpServer, McpSettings
+from adapters.mcp_stdio import refusal, stdio_parameters
+from adapters.sandbox import Sandbox
+from adapters.tools.shell import NO_SANDBOX, Unconfined
 from events.sandbox import SandboxProfile
 
 log = logging.getLogger(__name__)
@@ -201,6 +209,8 @@ class _Server:
         self.reported = ""
         self.task: asyncio.Task[None] | None = None
         self.attempted = threading.Event()
+        # Why it is not started at all ('' when it is): no sandbox for a stdio server.
+        self.refusal = ""
 
     def live(self) -> bool:
         """Connected, and the connection not known to be lost."""
@@ -213,13 +223,16 @@ class McpTools:
     :meth:`start` starts the loop and connects every server in the background;
     :meth:`wait_ready` waits for each server's first attempt; :meth:`stop` closes every
     connection (stdio servers' processes end with it); a stopped manager stays stopped.
+    ``sandbox``: what stdio servers run in (:mod:`adapters.mcp_stdio`; by default none
+    can be built, so they are not started).
     ``log_dir`` receives each stdio server's standard error as ``mcp-<name>.log``
     (default: discarded). A stdio server without a ``cwd`` runs in the folder that was
     current when the manager was made (:meth:`read_only_tools` says so too). The timing
     parameters are in seconds (module docstring; tests shorten them).
     """
 
-    def __init__(self, settings: McpSettings, *, log_dir: str | None = None,
+    def __init__(self, settings: McpSettings, *, sandbox: Sandbox | Unconfined = NO_SANDBOX,
+                 log_dir: str | None = None,
                  max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
                  ping_interval: float = PING_INTERVAL, retry_first: float = RETRY_FIRST,
                  retry_max: float = RETRY_MAX, stable_after: float = STABLE_AFTER) -> None:
@@ -231,7 +244,10 @@ class McpTools:
         self.retry_max = retry_max
         self.stable_after = stable_after
         self.cwd = os.getcwd()
+        self.sandbox = sandbox
         self._servers = {name: _Server(name, config) for name, config in settings.servers.items()}
+        for server in self._servers.values():
+            server.refusal = refusal(server.config, sandbox)
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -292,6 +308,11 @@ class McpTools:
         """Bind the server's events to this loop and start its supervisor."""
         server.lost, server.wake, server.settled = asyncio.Event(), asyncio.Event(), (
             asyncio.Condition())
+        if server.refusal:
+            server.error = server.refusal
+            log.warning("MCP server %s is not started: %s", server.name, server.refusal)
+            server.attempted.set()
+            return
         server.task = asyncio.get_running_loop().create_task(
             self._supervise(server), name=f"mcp-{server.name}")
 
@@ -409,9 +430,9 @@ class McpTools:
         ``stack``; an HTTP client's refused requests go to ``server.refused``."""
         config = server.config
         if config.command:
-            params = StdioServerParameters(command=config.command, args=list(config.args),
-                                           env=dict(config.env) or None,
-                                           cwd=self.server_cwd(config))
+            # Entered first, so it ends after the process (it holds the sandbox's mounts).
+            params = stack.enter_context(
+                stdio_parameters(config, self.server_cwd(config), self.sandbox))
             errlog = stack.enter_context(self._errlog(server.name))
             return await stack.enter_async_context(stdio_client(params, errlog=errlog))
         timeout = httpx.Timeout(self.settings.connect_timeout,
@@ -521,6 +542,9 @@ class McpTools:
         server = self._server_of(name)
         if server is None:
             return ToolOutput(f"unknown MCP tool {name!r}", True)
+        if server.refusal:
+            return ToolOutput(f"{name} was not run: MCP server {server.name} is not started: "
+                              f"{server.refusal}", True)
         for attempt in (1, 2):
             problem = await self._connected(server)
             if problem:

@@ -12,14 +12,18 @@ or over streamable HTTP at ``http://127.0.0.1:PORT/mcp`` (a ``url`` server)::
 Its tools: ``add`` (two integers), ``echo`` (text back), ``fail`` (always an error
 result), ``slow`` (waits, then answers; it can first leave a file saying it started, and
 leave another if it is cancelled), ``pid`` (its process id, so a test can kill the very
-process it talks to), ``getenv`` (one environment variable), ``pixel`` (an image block)
-and ``word.count`` (a name the Messages API does not allow as it is).
+process it talks to), ``getenv`` (one environment variable), ``write`` (text into a file,
+or why it could not), ``connect`` (opens a TCP connection, or says why it could not),
+``pixel`` (an image block) and ``word.count`` (a name the Messages API does not allow as it
+is).
 
 Options: ``--awkward`` adds tools with awkward names and results: ``a.b`` listed before
 ``a_b`` (what ``a.b`` becomes), a name of 70 characters, and ``mistyped``, whose result
 breaks the output schema it lists. ``--starts FILE`` appends a line to ``FILE`` each time
 the server starts; ``--exit-after-list`` makes it exit a moment after it answered
-``tools/list`` (a server that crashes right after connecting).
+``tools/list`` (a server that crashes right after connecting); ``--beat FILE`` rewrites
+``FILE`` every 50 ms while the server lives (a sandboxed server's process id is its own
+namespace's, so a test watches this instead).
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import socket
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +118,26 @@ def build(port: int = 8000, *, awkward: bool = False,
         return os.environ.get(name, "(unset)")
 
     @server.tool()
+    def write(path: str, text: str) -> str:
+        """Write ``text`` to the file ``path``: "wrote" or the error."""
+        try:
+            Path(path).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return "wrote"
+
+    @server.tool()
+    def connect(port: int, host: str = "127.0.0.1") -> str:
+        """Open a TCP connection to ``host``:``port`` and send a line: "connected" or the
+        error."""
+        try:
+            with socket.create_connection((host, port), timeout=2) as sock:
+                sock.sendall(b"hello from the MCP server\n")
+        except OSError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return "connected"
+
+    @server.tool()
     def pixel() -> Image:
         """A one-pixel PNG image."""
         return Image(data=PIXEL_PNG, format="png")
@@ -157,13 +184,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--starts", metavar="FILE", help="append a line here at each start")
     parser.add_argument("--exit-after-list", action="store_true",
                         help="exit a moment after answering tools/list")
+    parser.add_argument("--beat", metavar="FILE", help="rewrite this file every 50 ms")
     args = parser.parse_args(argv)
+    if args.beat:
+        threading.Thread(target=_beat, args=(args.beat,), daemon=True).start()
     if args.starts:
         with open(args.starts, "a", encoding="utf-8") as starts:
             starts.write(f"{os.getpid()}\n")
     server = build(args.http or 8000, awkward=args.awkward,
                    exit_after_list=args.exit_after_list)
     server.run("stdio" if args.http is None else "streamable-http")
+
+
+def _beat(path: str) -> None:
+    """Rewrite ``path`` with a counter every 50 ms, for as long as the process lives."""
+    count = 0
+    while True:
+        count += 1
+        Path(path).write_text(f"{count}\n", encoding="utf-8")
+        time.sleep(0.05)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """MCP servers as tool groups: the project's own server (tests/mcp_server.py) run for real
-over stdio and streamable HTTP, the gatekeeper's verdicts on MCP tools, the ``[mcp]``
-settings, and sessions of a real engine that load an MCP group and call its tools through
-the gatekeeper."""
+over stdio and streamable HTTP, stdio servers inside the real sandbox (or refused without
+one), the gatekeeper's verdicts on MCP tools, the ``[mcp]`` settings, and sessions of a
+real engine that load an MCP group and call its tools through the gatekeeper."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,9 +35,12 @@ from adapters.config import (
 )
 from adapters.host import Host, known_secrets
 from adapters.mcp_tools import McpTools, WithMcpTools, hashed_name, tool_name
+from adapters.sandbox import Placeholders, Sandbox, probe
 from adapters.tools import BuiltinTools
+from adapters.tools.shell import Unconfined
 from events.messages import ToolProposal
 from projections.audit_index import AuditEntry
+from tests.adapters.test_sandbox import Listener, _need_bwrap
 from tests.conftest import Engine
 from tests.helpers import say, wait_until
 from tests.mcp_server import LONG_NAME
@@ -45,11 +49,41 @@ REPO = Path(__file__).resolve().parents[2]
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
-def stdio_server(*options: str, **fields: Any) -> McpServer:
+#: No sandbox, by the settings' choice (``sandbox = "off"``): stdio servers run plainly.
+PLAIN = Unconfined(True, 'sandbox = "off" in the settings')
+
+
+def stdio_server(*options: str, cwd: Path = REPO, env: dict[str, str] | None = None,
+                 **fields: Any) -> McpServer:
     """The test server (with command line ``options``), started by the manager as a
-    process of its own."""
+    process of its own in ``cwd`` (it finds its module through ``PYTHONPATH``)."""
     return McpServer(command=sys.executable, args=["-m", "tests.mcp_server", *options],
-                     cwd=str(REPO), **fields)
+                     cwd=str(cwd), env={"PYTHONPATH": str(REPO), **(env or {})}, **fields)
+
+
+def home_entries() -> list[str]:
+    """What the test server needs from the user's home, which the sandbox hides: the
+    Python installation and this repository, where they live there (``sandbox_home``)."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    found = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, REPO)}
+    return sorted(os.path.relpath(p, home) for p in found if p.startswith(home + os.sep))
+
+
+def real_sandbox(tmp_path: Path, *protected: str) -> Sandbox:
+    """The real bubblewrap sandbox (skipped where it is absent, failed in CI)."""
+    _need_bwrap()
+    report = probe()
+    return Sandbox(report.bwrap, report.prlimit, protected=protected,
+                   home_visible=home_entries(),
+                   placeholders=Placeholders(str(tmp_path / "ledger.json")))
+
+
+def engine_sandbox() -> dict[str, Any]:
+    """Settings for engine tests: the real sandbox, showing what the test server needs
+    from the home; turned off only where bubblewrap is not usable outside CI."""
+    if os.environ.get("CI") or probe().usable:
+        return {"sandbox_home": [".gitconfig", *home_entries()]}
+    return {"sandbox": "off"}
 
 
 def free_port() -> int:
@@ -99,10 +133,10 @@ def start_mcp(tmp_path: Path) -> Iterator[Callable[..., McpTools]]:
     """Start an MCP manager for these servers (stopped after the test)."""
     managers: list[McpTools] = []
 
-    def start(call_timeout: float = 10.0, options: dict[str, float] | None = None,
-              **servers: McpServer) -> McpTools:
+    def start(call_timeout: float = 10.0, options: dict[str, Any] | None = None,
+              sandbox: Sandbox | Unconfined = PLAIN, **servers: McpServer) -> McpTools:
         settings = McpSettings(servers=servers, call_timeout=call_timeout, connect_timeout=10)
-        manager = McpTools(settings, log_dir=str(tmp_path / "mcp-logs"),
+        manager = McpTools(settings, sandbox=sandbox, log_dir=str(tmp_path / "mcp-logs"),
                            **(options or {})).start()
         managers.append(manager)
         manager.wait_ready()
@@ -136,12 +170,13 @@ def test_tools_and_groups_are_namespaced_by_server(start_mcp: Callable[..., McpT
     alpha = manager.definitions(["mcp_alpha"])
     assert {d["name"] for d in alpha} == {
         "alpha__add", "alpha__echo", "alpha__fail", "alpha__slow", "alpha__pid",
-        "alpha__getenv", "alpha__pixel", "alpha__word_count"}  # word.count made valid
+        "alpha__getenv", "alpha__write", "alpha__connect", "alpha__pixel",
+        "alpha__word_count"}  # word.count made valid
     add = next(d for d in alpha if d["name"] == "alpha__add")
     assert add["description"] == "Add two integers."
     assert add["input_schema"]["type"] == "object"
     assert set(add["input_schema"]["required"]) == {"a", "b"}
-    assert len(manager.definitions()) == 16 and manager.definitions("nothing") == []
+    assert len(manager.definitions()) == 20 and manager.definitions("nothing") == []
     assert manager.group_of("beta__echo") == "mcp_beta"
     assert manager.group_of("beta__missing") is None and manager.group_of("read_file") is None
     assert tool_name("s", "a.b/c") == "s__a_b_c" and tool_name("s", "") is None
@@ -337,7 +372,7 @@ def test_servers_down_at_startup_are_left_out_then_retried(
 
 
 def test_stop_ends_the_server_processes(tmp_path: Path) -> None:
-    manager = McpTools(McpSettings(servers={"demo": stdio_server()})).start()
+    manager = McpTools(McpSettings(servers={"demo": stdio_server()}), sandbox=PLAIN).start()
     manager.wait_ready()
     pid = int(call(manager, "demo__pid").content)
     manager.stop()
@@ -354,10 +389,168 @@ def test_builtin_and_mcp_tools_share_one_executor(start_mcp: Callable[..., McpTo
     names = [d["name"] for d in tools.definitions(["files", "mcp_demo", "mcp_gone"])]
     assert names[:4] == ["read_file", "write_file", "edit_file", "list_dir"]
     assert "demo__add" in names and "run_shell" not in names
-    assert len(tools.definitions()) == len(BuiltinTools().definitions()) + 8
+    assert len(tools.definitions()) == len(BuiltinTools().definitions()) + 10
     (workspace / "a.txt").write_text("hi\n")
     assert tools.execute("read_file", {"path": "a.txt"}, str(workspace)).content.startswith("hi")
     assert tools.execute("demo__add", {"a": 1, "b": 1}, str(workspace)).content == "2"
+
+
+# --- the sandbox -------------------------------------------------------------------------
+
+
+def server_processes(marker: str) -> list[int]:
+    """The processes whose command line mentions ``marker`` (bwrap, prlimit's program)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as handle:
+                if marker.encode() in handle.read():
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def beating(path: Path) -> bool:
+    """Whether the server of ``--beat path`` still rewrites it (it does every 50 ms)."""
+    before = path.read_text() if path.exists() else ""
+    time.sleep(0.3)
+    return path.exists() and path.read_text() != before
+
+
+def test_a_stdio_server_is_contained_by_the_sandbox(
+    start_mcp: Callable[..., McpTools], tmp_path: Path,
+) -> None:
+    box = real_sandbox(tmp_path, "AGENTS.md", "SOUL.md")
+    folder = tmp_path / "server"
+    folder.mkdir()
+    (folder / "AGENTS.md").write_text("agents\n")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("original\n")
+    listener = Listener()
+    try:
+        manager = start_mcp(sandbox=box, box=stdio_server(cwd=folder),
+                            net=stdio_server(cwd=folder, network=True),
+                            ro=stdio_server(cwd=folder, writable=False))
+
+        def write(server: str, path: Path | str, text: str = "changed\n") -> str:
+            return call(manager, f"{server}__write", path=str(path), text=text).content
+
+        # Its tools work, and its folder is writable (by relative path too).
+        assert call(manager, "box__add", a=2, b=3) == ToolOutput("5", False)
+        assert write("box", folder / "made.txt", "made\n") == "wrote"
+        assert write("box", "relative.txt") == "wrote"
+        assert (folder / "made.txt").read_text() == "made\n"
+        assert (folder / "relative.txt").read_text() == "changed\n"
+        # Outside its folder: a hidden private folder, or the read-only file system.
+        write("box", outside)
+        assert outside.read_text() == "original\n"
+        assert "Read-only file system" in write("box", "/etc/tether-mcp-sandbox-test")
+        assert not os.path.exists("/etc/tether-mcp-sandbox-test")
+        # Protected files in its folder: read-only; an absent one cannot be created.
+        assert "Errno" in write("box", "AGENTS.md")
+        assert (folder / "AGENTS.md").read_text() == "agents\n"
+        assert "Errno" in write("box", folder / "SOUL.md")
+        assert (folder / "SOUL.md").read_text() == ""  # its placeholder, while servers run
+        # writable = false: its folder is read-only too.
+        assert "Read-only file system" in write("ro", "ro.txt")
+        assert not (folder / "ro.txt").exists()
+        # No network but its own loopback, unless network = true.
+        refused = call(manager, "box__connect", port=listener.port).content
+        assert refused.startswith("ConnectionRefusedError") and listener.connections == 0
+        assert call(manager, "net__connect", port=listener.port).content == "connected"
+        wait_until(lambda: b"hello from the MCP server" in listener.received,
+                   "the line to reach the listener")
+        assert listener.connections == 1
+        # The environment: the minimal one plus the server's env, nothing of the engine's.
+        assert call(manager, "box__getenv", name="PYTHONPATH").content == str(REPO)
+        manager.stop()
+        assert not (folder / "SOUL.md").exists()  # the placeholder goes with the servers
+    finally:
+        listener.close()
+        if os.path.exists("/etc/tether-mcp-sandbox-test"):
+            os.remove("/etc/tether-mcp-sandbox-test")
+
+
+def test_stopping_the_manager_ends_the_sandboxed_server(tmp_path: Path) -> None:
+    box = real_sandbox(tmp_path)
+    beat = tmp_path / "server" / "beat"
+    beat.parent.mkdir()
+    manager = McpTools(McpSettings(servers={"demo": stdio_server(
+        "--beat", str(beat), cwd=beat.parent)}), sandbox=box).start()
+    manager.wait_ready()
+    assert call(manager, "demo__add", a=1, b=1) == ToolOutput("2", False)
+    assert beating(beat) and server_processes(str(beat))
+    manager.stop()
+    wait_until(lambda: not server_processes(str(beat)), "the sandbox's processes to end")
+    assert not beating(beat)
+
+
+KILLED_ENGINE = """
+import os, sys, time
+from adapters.config import McpSettings
+from adapters.mcp_tools import McpTools
+from adapters.sandbox import Sandbox, probe
+from tests.adapters.test_mcp_tools import home_entries, stdio_server
+
+beat = os.environ["BEAT"]
+report = probe()
+box = Sandbox(report.bwrap, report.prlimit, home_visible=home_entries())
+server = stdio_server("--beat", beat, cwd=os.path.dirname(beat))
+manager = McpTools(McpSettings(servers={"demo": server}), sandbox=box).start()
+manager.wait_ready()
+print(manager.execute("demo__echo", {"text": "ready"}, "/").content, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_killed_engine_leaves_no_sandboxed_server(tmp_path: Path) -> None:
+    _need_bwrap()
+    beat = tmp_path / "server" / "beat"
+    beat.parent.mkdir()
+    engine = subprocess.Popen([sys.executable, "-c", KILLED_ENGINE], cwd=REPO,
+                              env={**os.environ, "BEAT": str(beat)},
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert engine.stdout is not None and engine.stdout.readline() == "ready\n"
+        assert beating(beat) and server_processes(str(beat))
+        os.kill(engine.pid, signal.SIGKILL)  # no clean-up of its own: --die-with-parent
+        engine.wait(timeout=10)
+        wait_until(lambda: not server_processes(str(beat)), "the sandbox's processes to end")
+        assert not beating(beat)
+    finally:
+        engine.kill()
+        engine.wait(timeout=10)
+
+
+def test_without_a_sandbox_stdio_servers_are_not_started(
+    start_mcp: Callable[..., McpTools], http_server: HttpServer, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="adapters.mcp_tools")
+    http_server.start()
+    starts = tmp_path / "starts"
+    missing = Unconfined(False, "bubblewrap (bwrap) is not on the PATH")
+    manager = start_mcp(sandbox=missing, local=stdio_server("--starts", str(starts)),
+                        web=McpServer(url=http_server.url))
+    refused = call(manager, "local__add", a=1, b=2)
+    line = ("MCP server local is not started: a local server runs only inside the sandbox, "
+            "and there is none: bubblewrap (bwrap) is not on the PATH")
+    assert refused == ToolOutput(f"local__add was not run: {line}", True)
+    assert line in caplog.text
+    assert manager.status()["local"].error.startswith("a local server runs only")
+    assert not starts.exists()  # never started, not even tried
+    # HTTP servers are not processes of Tether's: they work as before.
+    assert call(manager, "web__add", a=1, b=2) == ToolOutput("3", False)
+    assert set(manager.groups()) == {"mcp_web"}
+    # A manager given no sandbox refuses too (fail closed).
+    default = McpTools(McpSettings(servers={"local": stdio_server()})).start()
+    try:
+        assert "there is none: no sandbox was configured" in call(default, "local__pid").content
+    finally:
+        default.stop()
 
 
 # --- the gatekeeper ----------------------------------------------------------------------
@@ -494,7 +687,7 @@ def test_a_bad_mcp_table_names_the_server(tmp_path: Path, table: str, message: s
 
 
 def test_a_session_loads_an_mcp_group_and_a_person_approves_the_call(
-    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any], workspace: Path,
 ) -> None:
     host, _, llm = engine("""
 responses:
@@ -506,7 +699,8 @@ responses:
       - tool_use: {name: demo__add, input: {a: 20, b: 22}}
   - match: "42"
     blocks: [{text: "The sum is 42."}]
-""", mcp=McpSettings(servers={"demo": stdio_server()}))
+""", mcp=McpSettings(servers={"demo": stdio_server(cwd=workspace)}), **engine_sandbox())
+    assert host.mcp is not None and host.mcp.sandbox is host.sandbox  # stdio servers in it
     channel = watch_channel(host, "test")
     sid = say(host, "add them up")
     asked = channel.wait_for("approval").text
@@ -543,7 +737,7 @@ def audited(host: Host, sid: str, tool: str) -> list[AuditEntry]:
 
 
 def test_a_read_server_call_runs_without_approval(
-    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any], workspace: Path,
 ) -> None:
     host, _, _ = engine("""
 responses:
@@ -555,7 +749,8 @@ responses:
       - tool_use: {name: docs__add, input: {a: 1, b: 2}}
   - match: "3"
     blocks: [{text: "The sum is 3."}]
-""", mcp=McpSettings(servers={"docs": stdio_server(trust="read")}))
+""", mcp=McpSettings(servers={"docs": stdio_server(cwd=workspace, trust="read")}),
+                        **engine_sandbox())
     channel = watch_channel(host, "test")
     sid = say(host, "add them up")
     channel.wait_for("completed")
@@ -586,7 +781,7 @@ responses:
   - match: "still work"
     blocks: [{text: "Done."}]
 """, mcp=McpSettings(servers={"broken": McpServer(command=str(REPO / "no-such-server"))},
-                     connect_timeout=5))
+                     connect_timeout=5), **engine_sandbox())
     assert "MCP server broken is unavailable: FileNotFoundError" in caplog.text
     channel = watch_channel(host, "test")
     sid = say(host, "read the notes")
