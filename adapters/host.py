@@ -38,6 +38,7 @@ from adapters.nats_bus import NatsBus
 from adapters.nats_server import EmbeddedNats
 from adapters.relay import EventRelay
 from adapters.sandbox import Placeholders, Sandbox, SandboxReport, probe
+from adapters.sandbox.cgroup import sweep_cgroups
 from adapters.snapshots import SnapshotStore
 from adapters.store import open_application, open_view
 from adapters.tools import BuiltinTools
@@ -102,7 +103,7 @@ def build_sandbox(settings: Settings) -> tuple[Sandbox | Unconfined, SandboxRepo
     for path in placeholders.sweep():
         log.warning("removed a sandbox placeholder left by a stopped engine: %s", path)
     protection = settings.protection
-    return Sandbox(
+    sandbox = Sandbox(
         report.bwrap, report.prlimit,
         protected=(*protection.identity_files, *protection.memory_files,
                    *protection.config_files),
@@ -110,7 +111,10 @@ def build_sandbox(settings: Settings) -> tuple[Sandbox | Unconfined, SandboxRepo
         home_visible=settings.sandbox_home,
         hidden=(settings.state_dir,),
         placeholders=placeholders,
-    ), report
+    )
+    if sandbox.cgroup_parent:
+        sweep_cgroups(sandbox.cgroup_parent)  # those of calls an engine died in
+    return sandbox, report
 
 
 def known_secrets(settings: Settings) -> list[str]:
@@ -207,7 +211,7 @@ class Host:
             return builtin
         from adapters.mcp_tools import McpTools, WithMcpTools  # the SDK loads slowly
 
-        self.mcp = McpTools(self.settings.mcp,
+        self.mcp = McpTools(self.settings.mcp, sandbox=self.sandbox,  # stdio servers run in it
                             log_dir=os.path.join(self.settings.state_dir, "mcp"))
         return WithMcpTools(builtin, self.mcp)
 

@@ -23,13 +23,16 @@ class SandboxLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     ``cpu_seconds`` of CPU time per process, ``memory_mb`` of address space per process,
     ``file_size_mb`` the largest file a process may write, ``processes`` how many may run
-    at once in the call's sandbox. The wall-clock bound is the shell timeout.
+    at once in the call's sandbox, ``scratch_mb`` the size of each private in-memory folder
+    (``/tmp``, ``/run``, ``/dev/shm``, the hidden home). The wall-clock bound is the shell
+    timeout.
     """
 
     cpu_seconds: PositiveInt = 300
     memory_mb: PositiveInt = 4096
     file_size_mb: PositiveInt = 1024
     processes: PositiveInt = 256
+    scratch_mb: PositiveInt = 256
 
 
 class SandboxProfile(msgspec.Struct, frozen=True, kw_only=True):
@@ -62,6 +65,7 @@ class SandboxProfile(msgspec.Struct, frozen=True, kw_only=True):
         lim = self.limits
         parts.append(
             f"limits cpu {lim.cpu_seconds}s, memory {lim.memory_mb} MB, file "
-            f"{lim.file_size_mb} MB, {lim.processes} processes, wall {self.wall_seconds:g}s"
+            f"{lim.file_size_mb} MB, {lim.processes} processes, scratch {lim.scratch_mb} MB, "
+            f"wall {self.wall_seconds:g}s"
         )
         return ", ".join(parts)

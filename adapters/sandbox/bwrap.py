@@ -5,10 +5,11 @@ home, the state directory, ``/tmp`` and ``/run`` are replaced by empty private f
 (the home's listed entries shown read-only again); the workspace is bound read-write (or
 read-only); every folder on the way to a protected path is bound onto itself so it cannot
 be renamed or removed; the protected paths are bound read-only (read-write but still
-undeletable where the verdict granted the write). The process gets its own user, PID, IPC,
-UTS and cgroup namespaces and, unless the network is granted, its own empty network; it
-keeps no capabilities, starts a new session (no terminal injection), dies with its parent,
-and runs under ``prlimit``'s resource limits.
+undeletable where the verdict granted the write). ``/proc/sys`` is read-only. The process
+gets its own user, PID, IPC, UTS and cgroup namespaces and, unless the network is granted,
+its own empty network; it may make no user namespace of its own; it keeps no
+capabilities, starts a new session (no terminal injection), dies with its parent, and runs
+under ``prlimit``'s resource limits; each private folder is a tmpfs of bounded size.
 """
 
 from __future__ import annotations
@@ -57,9 +58,14 @@ def bwrap_argv(
     bwrap: str, plan: MountPlan, argv: list[str], *, prlimit: str, limits: SandboxLimits
 ) -> list[str]:
     """The full command line running ``argv`` in the sandbox ``plan`` describes."""
-    args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    # /proc/sys stays writable in a fresh /proc (bwrap keeps it when it is mode 0555), and
+    # sysctls check the uid, not capabilities: a root engine's sandbox could set
+    # kernel.core_pattern and run code on the host. It is bound read-only.
+    args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--ro-bind", "/proc/sys", "/proc/sys"]
+    scratch = str(limits.scratch_mb * _MB)
     for folder in plan.hide:
-        args += ["--tmpfs", folder]
+        args += ["--size", scratch, "--tmpfs", folder]
     for path in plan.show:
         args += ["--ro-bind-try", path, path]
     args += ["--bind" if plan.writable else "--ro-bind", plan.workspace, plan.workspace]
@@ -69,7 +75,9 @@ def bwrap_argv(
         args += ["--ro-bind", path, path]
     for path in plan.granted:
         args += ["--bind", path, path]
-    args += ["--chdir", plan.workspace, "--unshare-all"]
+    # No user namespace inside: one would grant CAP_SYS_ADMIN over new mount and cgroup
+    # namespaces (a cgroup2 mount there reaches the engine's own cgroup: kill, freeze).
+    args += ["--chdir", plan.workspace, "--unshare-all", "--unshare-user", "--disable-userns"]
     if plan.network:
         args.append("--share-net")
     args += [

@@ -102,3 +102,20 @@ class CallCgroup:
                 os.rmdir(self.path)
                 return
             time.sleep(0.01)
+
+
+def sweep_cgroups(parent: str) -> int:
+    """Remove the empty call cgroups under ``parent`` older than a minute (left by an
+    engine that died during a call; one in use has processes, or is a moment old and not
+    joined yet, and stays); how many were removed."""
+    removed = 0
+    with contextlib.suppress(OSError):
+        for name in os.listdir(parent):
+            path = os.path.join(parent, name)
+            if not name.startswith("tether-") or name.startswith("tether-probe-"):
+                continue
+            with contextlib.suppress(OSError):
+                if os.stat(path).st_mtime < time.time() - 60:
+                    os.rmdir(path)
+                    removed += 1
+    return removed

@@ -38,7 +38,7 @@ class Placeholders:
     def holding(self, paths: list[tuple[str, bool]]) -> Iterator[list[str]]:
         """Placeholders for ``paths`` (``(path, is_dir)``) for the ``with`` block: yields
         every path it made or shares, folders on the way included, outermost first. A
-        path that appeared meanwhile is left alone (not yielded)."""
+        path that exists and is not a placeholder is left alone (not yielded)."""
         made: list[str] = []
         try:
             with self._lock:
@@ -93,6 +93,7 @@ class Placeholders:
         if not self._ledger:
             return
         data = {p: [d, dev, ino] for p, (d, dev, ino, _) in self._held.items()}
+        os.makedirs(os.path.dirname(self._ledger) or ".", exist_ok=True)
         tmp = f"{self._ledger}.tmp"
         with open(tmp, "w", encoding="utf-8") as handle:
             json.dump(data, handle)

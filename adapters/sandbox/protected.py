@@ -12,17 +12,27 @@ caller refuses to run.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
+import shutil
 import stat
 from collections.abc import Iterable
 from typing import NamedTuple
 
 from actors.security.globs import has_glob
 
-#: Held read-only by the sandbox in every workspace besides the protection settings: git's
-#: configuration and hooks run code outside the sandbox the next time a person runs git.
-GIT_PROTECTED: tuple[str, ...] = (".git/config", ".git/hooks")
+#: Held read-only by the sandbox in every repository besides the protection settings, present
+#: or not: git reads configuration and hooks from all of them (``commondir`` points git at
+#: another folder's), so each would run code outside the sandbox the next time a person
+#: runs git. ``(path, is_dir)``.
+GIT_PROTECTED: tuple[tuple[str, bool], ...] = (
+    (".git/config", False), (".git/config.worktree", False), (".git/commondir", False),
+    (".git/hooks", True), (".git/worktrees", True), (".git/modules", True),
+)
+#: git files no placeholder can stand in for (git reads an empty ``commondir`` and fails):
+#: an absent one is watched instead, and removed after the call if the call made it.
+GIT_WATCHED: frozenset[str] = frozenset({".git/commondir"})
 
 #: Most paths a protection glob holds in one call.
 _WALK_LIMIT = 10_000
@@ -90,7 +100,9 @@ def protected_targets(root: str, patterns: Iterable[str]) -> list[Target]:
     existing ones first, each once; see the module's contract."""
     targets: dict[str, Target] = {}
     globs: list[str] = []
-    for pattern in [*patterns, *GIT_PROTECTED]:
+    for target in _git_targets(root):
+        targets[target.path] = target
+    for pattern in patterns:
         rel, is_dir = _literal_part(pattern)
         if not rel:
             globs.append(pattern)
@@ -100,12 +112,58 @@ def protected_targets(root: str, patterns: Iterable[str]) -> list[Target]:
             targets.setdefault(path, Target(path, True, os.path.isdir(path)))
         canonical = os.path.join(root, rel)
         if canonical not in targets and not existing and not rel.startswith(".git/"):
-            # git's own files appear with the repository; no placeholder makes one.
-            targets[canonical] = Target(canonical, False, is_dir)
+            targets[canonical] = Target(canonical, False, is_dir)  # git's: _git_targets
     if globs:
         for path in _glob_matches(root, globs):
             targets.setdefault(path, Target(path, True, os.path.isdir(path)))
     return sorted(targets.values(), key=lambda t: (not t.exists, t.path))
+
+
+def _git_targets(root: str) -> list[Target]:
+    """What the sandbox holds of git in ``root``: in a repository, each of
+    :data:`GIT_PROTECTED`; where there is none, ``.git`` itself (a command could otherwise
+    make a repository whose configuration runs code: ``git init`` is for a person); a
+    ``.git`` file (a worktree's pointer) read-only. A ``.git`` link cannot be held."""
+    git = os.path.join(root, ".git")
+    if os.path.islink(git):
+        raise UnholdablePath(".git is a symlink; the sandbox cannot hold git's configuration "
+                             "reached through a link")
+    if not os.path.lexists(git):
+        return [Target(git, False, True)]
+    if not os.path.isdir(git):
+        return [Target(git, True, False)]
+    out = []
+    for rel, is_dir in GIT_PROTECTED:
+        path = os.path.join(root, rel)
+        if os.path.islink(path):
+            raise UnholdablePath(f"{rel} is a symlink; the sandbox cannot hold it")
+        exists = os.path.lexists(path)
+        if exists or rel not in GIT_WATCHED:
+            out.append(Target(path, exists, is_dir))
+    return out
+
+
+def watched_paths(root: str) -> list[str]:
+    """The absent :data:`GIT_WATCHED` files of repository ``root``."""
+    if not os.path.isdir(os.path.join(root, ".git")) or os.path.islink(
+            os.path.join(root, ".git")):
+        return []
+    return [os.path.join(root, rel) for rel in sorted(GIT_WATCHED)
+            if not os.path.lexists(os.path.join(root, rel))]
+
+
+def remove_created(paths: list[str]) -> list[str]:
+    """Remove each of ``paths`` that exists now (made by the call that just ended)."""
+    removed = []
+    for path in paths:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        if not os.path.lexists(path):
+            removed.append(path)
+    return removed
 
 
 def _glob_matches(root: str, patterns: list[str]) -> list[str]:

@@ -12,6 +12,7 @@ server) that the caller starts and ends itself.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
@@ -20,9 +21,15 @@ from adapters.process import Finished, run_process
 from adapters.sandbox.bwrap import MountPlan, bwrap_argv
 from adapters.sandbox.cgroup import CallCgroup, find_parent
 from adapters.sandbox.placeholders import Placeholders
-from adapters.sandbox.protected import ancestors, protected_targets
+from adapters.sandbox.protected import (
+    ancestors,
+    protected_targets,
+    remove_created,
+    watched_paths,
+)
 from events.sandbox import SandboxLimits, SandboxProfile
 
+log = logging.getLogger(__name__)
 
 class Sandbox:
     """Runs commands contained by bubblewrap (``bwrap``, with ``prlimit`` for limits).
@@ -98,11 +105,15 @@ class Sandbox:
         root = os.path.realpath(workspace)
         granted = {os.path.realpath(p) for p in writes}
         targets = protected_targets(root, self.protected) if writable else []
-        absent = [(t.path, t.is_dir) for t in targets if not t.exists and t.path not in granted]
-        with self.placeholders.holding(absent) as made:
-            held = [t.path for t in targets if t.exists] + [p for p, _ in absent]
+        # Every protected path goes to the placeholders, existing ones too: one that exists
+        # because another call's placeholder stands there must be shared, not merely
+        # mounted (its removal would detach this sandbox's mount); the lock decides.
+        leaves = [(t.path, t.is_dir) for t in targets if t.path not in granted]
+        watched = watched_paths(root) if writable else []
+        with self.placeholders.holding(leaves) as made, self._removing(watched):
+            held = [t.path for t in targets]
             pins = {a for t in targets for a in ancestors(root, t.path)} | (
-                set(made) - {p for p, _ in absent})
+                set(made) - {p for p, _ in leaves})
             yield MountPlan(
                 workspace=root,
                 writable=writable,
@@ -114,6 +125,17 @@ class Sandbox:
                 granted=[p for p in held if p in granted and os.path.lexists(p)],
                 network=network,
             )
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _removing(watched: list[str]) -> Iterator[None]:
+        """Remove, once the block ends, each of ``watched`` the process created."""
+        try:
+            yield
+        finally:
+            for path in remove_created(watched):
+                log.warning("removed %s, made by a sandboxed process: it would point a "
+                            "person's git at configuration the sandbox never held", path)
 
     def run(
         self,

@@ -430,9 +430,14 @@ def write_beneath(
     *,
     make_parents: bool = True,
     expect: os.stat_result | None = None,
+    only: str | None = None,
 ) -> str:
     """Replace the file ``path`` beneath the root by ``data``; the root-relative path
     actually written is returned.
+
+    With ``only`` (a root-relative path: the one the gatekeeper judged), the write lands
+    there or nowhere: a final symlink swapped in since the judgement, leading elsewhere
+    (a protected file), raises :class:`ChangedError` instead of being followed.
 
     The content is written to a new file in the same folder (``O_CREAT|O_EXCL|O_NOFOLLOW``)
     and renamed over the target, so an existing hard link is replaced, never written
@@ -469,6 +474,8 @@ def write_beneath(
             if expect is not None and (
                 st is None or (st.st_dev, st.st_ino) != (expect.st_dev, expect.st_ino)
             ):
+                raise ChangedError(path)
+            if only is not None and posixpath.normpath(current) != posixpath.normpath(only):
                 raise ChangedError(path)
             _replace(dir_fd, name, data, st)
             return posixpath.normpath(current)

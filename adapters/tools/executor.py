@@ -52,6 +52,11 @@ from adapters.tools.shell import NO_SANDBOX, ShellTools, Unconfined
 _Run = Callable[[Any, str, Grant], ToolOutput]
 
 
+def _judged(grant: Grant) -> str:
+    """The one path a file write was judged to land on ("" when there is not exactly one)."""
+    return grant.writes[0] if len(grant.writes) == 1 else ""
+
+
 def _ignoring_grant(run: Callable[[Any, str], ToolOutput]) -> _Run:
     return lambda args, workspace, grant: run(args, workspace)
 
@@ -103,8 +108,6 @@ class BuiltinTools(FileTools, SearchTools, ShellTools):
         # Only the process tools use the call's grant; the others run the same for all.
         plain: dict[str, tuple[type[msgspec.Struct], Callable[[Any, str], ToolOutput]]] = {
             "read_file": (ReadFileInput, self._read_file),
-            "write_file": (WriteFileInput, self._write_file),
-            "edit_file": (EditFileInput, self._edit_file),
             "list_dir": (ListDirInput, self._list_dir),
             "glob": (GlobInput, self._glob),
             "grep": (GrepInput, self._grep),
@@ -114,6 +117,10 @@ class BuiltinTools(FileTools, SearchTools, ShellTools):
             name: (kind, _ignoring_grant(run)) for name, (kind, run) in plain.items()
         }
         self._tools.update({
+            # A write lands on the path the gatekeeper judged, or nowhere (a link swapped in
+            # since the judgement is not followed).
+            "write_file": (WriteFileInput, lambda a, w, g: self._write_file(a, w, _judged(g))),
+            "edit_file": (EditFileInput, lambda a, w, g: self._edit_file(a, w, _judged(g))),
             "run_shell": (RunShellInput, self._run_shell),
             "git_status": (GitStatusInput, self._git_status),
             "git_diff": (GitDiffInput, self._git_diff),

@@ -79,11 +79,12 @@ def _replace_file(
     *,
     make_parents: bool,
     expect: os.stat_result | None = None,
+    only: str | None = None,
 ) -> None:
     """Replace file ``rel`` beneath the root by ``data`` (:func:`.beneath.write_beneath`:
     never through a hard link, a final symlink inside followed), with the tools' messages."""
     try:
-        write_beneath(root, rel, data, make_parents=make_parents, expect=expect)
+        write_beneath(root, rel, data, make_parents=make_parents, expect=expect, only=only)
     except IsADirectoryError as err:
         raise ToolError(f"{path} is a folder; give a file path") from err
     except NotRegularError as err:
@@ -91,7 +92,15 @@ def _replace_file(
     except NotADirectoryError as err:
         raise ToolError(f"cannot write {path}: a part of it is a file, not a folder") from err
     except ChangedError as err:
-        raise ToolError(f"{path} was replaced while it was being edited; read it again") from err
+        raise ToolError(f"{path} was replaced (or made a link elsewhere) since it was read or "
+                        f"judged; nothing was written: read it again") from err
+
+
+def _relative(judged: str, workspace: str) -> str | None:
+    """The workspace-relative form of the judged real path (None when none was judged)."""
+    if not judged:
+        return None
+    return os.path.relpath(judged, os.path.realpath(workspace))
 
 
 def _span(content: str, start: int, text: str) -> str:
@@ -150,18 +159,23 @@ class FileTools(ToolLimits):
             content = f"[offset {args.offset} is past the end of the file ({total} lines)]"
         return ToolOutput(content)
 
-    def _write_file(self, args: WriteFileInput, workspace: str) -> ToolOutput:
+    def _write_file(self, args: WriteFileInput, workspace: str, judged: str = "") -> ToolOutput:
+        """``judged``: the real path the gatekeeper judged this write to land on ("" when
+        none was judged); the write lands there or nowhere."""
         data = args.content.encode("utf-8")
         with confined(workspace, args.path) as (root, rel):
-            _replace_file(root, rel, args.path, data, make_parents=True)
+            _replace_file(root, rel, args.path, data, make_parents=True,
+                          only=_relative(judged, workspace))
         return ToolOutput(f"wrote {len(data)} bytes to {args.path}")
 
-    def _edit_file(self, args: EditFileInput, workspace: str) -> ToolOutput:
+    def _edit_file(self, args: EditFileInput, workspace: str, judged: str = "") -> ToolOutput:
+        """``judged`` as for :meth:`_write_file`."""
         with confined(workspace, args.path) as (root, rel):
-            return self._edit_beneath(args, root, rel)
+            return self._edit_beneath(args, root, rel, _relative(judged, workspace))
 
     @staticmethod
-    def _edit_beneath(args: EditFileInput, root: Root, rel: str) -> ToolOutput:
+    def _edit_beneath(args: EditFileInput, root: Root, rel: str,
+                      only: str | None = None) -> ToolOutput:
         """The edit of regular file ``rel`` beneath the root: read through one descriptor,
         written back by replacement (:func:`_replace_file`)."""
         raw, before = _read_regular(root, rel, args.path)
@@ -203,7 +217,8 @@ class FileTools(ToolLimits):
             )
         updated = content.replace(args.old_text, args.new_text)
         _replace_file(
-            root, rel, args.path, updated.encode("utf-8"), make_parents=False, expect=before
+            root, rel, args.path, updated.encode("utf-8"), make_parents=False, expect=before,
+            only=only,
         )
         growth = len(args.new_text) - len(args.old_text)
         changes = [

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -48,7 +49,7 @@ def sandbox(tmp_path: Path) -> Sandbox:
     report = probe()
     return Sandbox(report.bwrap, report.prlimit, protected=PROTECTED,
                    limits=SandboxLimits(cpu_seconds=5, memory_mb=512, file_size_mb=1,
-                                        processes=64),
+                                        processes=64, scratch_mb=8),
                    placeholders=Placeholders(str(tmp_path / "ledger.json")))
 
 
@@ -175,6 +176,21 @@ def test_placeholders_are_shared_then_removed(tmp_path: Path) -> None:
     assert not os.path.exists(soul) and not os.path.exists(root / ".tether")
 
 
+def test_a_placeholder_another_call_holds_is_shared_not_taken_over(tmp_path: Path) -> None:
+    root = tmp_path / "w"
+    root.mkdir()
+    holder = Placeholders()
+    soul = str(root / "SOUL.md")
+    first = holder.holding([(soul, False)])
+    first.__enter__()
+    second = holder.holding([(soul, False)])  # it exists now: another call's placeholder
+    assert second.__enter__() == [soul]
+    first.__exit__(None, None, None)
+    assert os.path.exists(soul)  # the second call's mount would be detached otherwise
+    second.__exit__(None, None, None)
+    assert not os.path.exists(soul)
+
+
 def test_placeholders_left_by_a_dead_engine_are_swept(tmp_path: Path) -> None:
     root = tmp_path / "w"
     root.mkdir()
@@ -266,14 +282,48 @@ def test_a_granted_protected_write_is_allowed_but_not_a_deletion(sandbox: Sandbo
     assert (ws / "SOUL.md").read_text() == "soul\n"
 
 
+def _git_init(ws: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+
+
 def test_git_configuration_and_hooks_are_read_only(sandbox: Sandbox, ws: Path) -> None:
-    shell(sandbox, ws, "git init -q .")
+    _git_init(ws)
+    shutil.rmtree(ws / ".git" / "hooks")  # an absent hooks folder cannot be made either
     config = (ws / ".git" / "config").read_text()
-    shell(sandbox, ws, "git config alias.x '!touch pwned'; "
-                       "echo 'touch pwned' > .git/hooks/pre-commit; mv .git g2")
+    shell(sandbox, ws, "git config alias.x '!touch pwned'; mkdir -p .git/hooks; "
+                       "echo 'touch pwned' > .git/hooks/pre-commit; mv .git g2; "
+                       "mkdir -p evil && printf '[core]\\n\\tfsmonitor = touch pwned\\n' > "
+                       "evil/config && echo ../evil > .git/commondir; "
+                       "echo '[core]' > .git/config.worktree; mkdir -p .git/worktrees/w")
     assert (ws / ".git" / "config").read_text() == config
-    assert not (ws / ".git" / "hooks" / "pre-commit").exists()
+    assert not (ws / ".git" / "hooks").exists()
+    assert sorted(os.listdir(ws / ".git")) == sorted(
+        n for n in os.listdir(ws / ".git") if n not in ("commondir", "config.worktree",
+                                                       "worktrees"))
+    assert not (ws / ".git" / "commondir").exists()
     assert (ws / ".git").is_dir() and not (ws / "g2").exists()
+
+
+def test_a_workspace_without_a_repository_cannot_be_given_one(sandbox: Sandbox,
+                                                              ws: Path) -> None:
+    out = shell(sandbox, ws, "git init -q . && git config core.fsmonitor 'touch pwned'")
+    assert "exit code: 0" not in out
+    assert not (ws / ".git").exists() and not (ws / "pwned").exists()
+
+
+def test_kernel_settings_and_new_namespaces_are_out_of_reach(sandbox: Sandbox,
+                                                             ws: Path) -> None:
+    current = Path("/proc/sys/fs/file-max").read_text().strip()
+    out = shell(sandbox, ws, f"sysctl -w fs.file-max={current}; echo {current} > "
+                             f"/proc/sys/fs/file-max; unshare -Urm true && echo NESTED")
+    assert "permission denied" in out.lower() or "read-only" in out.lower()
+    assert "NESTED" not in out
+
+
+def test_private_folders_are_small(sandbox: Sandbox, ws: Path) -> None:
+    out = shell(sandbox, ws, "for i in $(seq 1 20); do head -c 900000 /dev/zero > /tmp/f$i; "
+                             "done; du -sk /tmp | cut -f1")
+    assert int(out.split()[-1]) <= 9 * 1024  # 8 MB and the file system's own blocks
 
 
 def test_limits_stop_a_fork_bomb_a_memory_hog_and_an_endless_loop(sandbox: Sandbox,
@@ -327,8 +377,9 @@ def test_a_timed_out_call_leaves_no_background_writer(sandbox: Sandbox, ws: Path
 
 
 def test_git_tools_run_read_only(sandbox: Sandbox, ws: Path) -> None:
-    shell(sandbox, ws, "git init -q . && git add README.md && "
-                       "git -c user.email=a@b -c user.name=a commit -qm init")
+    _git_init(ws)
+    shell(sandbox, ws, "git add README.md && git -c user.email=a@b -c user.name=a "
+                       "commit -qm init")
     (ws / "README.md").write_text("changed\n")
     tools = BuiltinTools(timeout=10, sandbox=sandbox, env=dict(os.environ))
     assert "changed" in tools.execute("git_diff", {}, str(ws)).content
@@ -363,3 +414,16 @@ def test_a_nested_repository_configuration_is_held_too(sandbox: Sandbox, ws: Pat
     (sub / ".git" / "config").write_text("[core]\n")
     shell(sandbox, ws, "echo '[alias] x = !touch pwned' >> vendor/.git/config")
     assert (sub / ".git" / "config").read_text() == "[core]\n"
+
+
+def test_a_file_write_lands_where_it_was_judged_or_nowhere(ws: Path) -> None:
+    (ws / "notes.md").symlink_to("SOUL.md")  # swapped in after notes.md was judged
+    tools = BuiltinTools()
+    judged = Grant(writes=(str(ws / "notes.md"),))
+    out = tools.execute("write_file", {"path": "notes.md", "content": "pwned"}, str(ws), judged)
+    assert out.is_error and "nothing was written" in out.content
+    assert (ws / "SOUL.md").read_text() == "soul\n"
+    (ws / "notes.md").unlink()
+    (ws / "notes.md").write_text("old")
+    out = tools.execute("write_file", {"path": "notes.md", "content": "new"}, str(ws), judged)
+    assert not out.is_error and (ws / "notes.md").read_text() == "new"

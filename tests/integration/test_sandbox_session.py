@@ -193,6 +193,7 @@ def test_runaway_commands_are_stopped_and_the_session_goes_on(
         started = [e for e in host.app.session_events(sid)
                    if type(e).__name__ == "ToolCallStarted"]
         assert msgspec.structs.asdict(started[0].sandbox.limits) == {
-            "cpu_seconds": 3, "memory_mb": 512, "file_size_mb": 1024, "processes": 64}
+            "cpu_seconds": 3, "memory_mb": 512, "file_size_mb": 1024, "processes": 64,
+            "scratch_mb": 256}
     finally:
         host.stop()
