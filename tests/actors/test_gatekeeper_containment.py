@@ -50,3 +50,10 @@ def test_the_network_is_granted_only_to_network_calls(tmp_path: Path) -> None:
     assert not decide("run_shell", {"command": "ls -la"}, tmp_path).network
     push = decide("run_shell", {"command": "git push origin main"}, tmp_path)
     assert push.decision == "escalate" and push.network
+
+
+def test_kernel_and_system_settings_need_a_person(tmp_path: Path) -> None:
+    for command in ("sysctl -w kernel.core_pattern='|/bin/sh x'", "unshare -Urm true",
+                    "mount -t cgroup2 none /tmp/cg"):
+        judged = decide("run_shell", {"command": command}, tmp_path)
+        assert judged.decision != "allow", command

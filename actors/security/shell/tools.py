@@ -104,6 +104,9 @@ _UNSEEN = {
     **dict.fromkeys(("rename", "prename", "file-rename", "perl-rename"),
                     "it renames files by a Perl expression"),
     **dict.fromkeys(("parallel", "rush", "xjobs"), "it runs commands built from its input"),
+    **dict.fromkeys(("sysctl", "mount", "umount", "unshare", "insmod", "rmmod", "modprobe",
+                     "swapon", "swapoff", "iptables", "ip6tables", "nft"),
+                    "it changes kernel or system settings"),
 }
 _DOCKER_READS = frozenset({"ps", "images", "version", "info", "inspect", "logs", "stats",
                            "top", "history", "search", "events", "port", "diff"})

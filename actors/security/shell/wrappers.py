@@ -155,6 +155,9 @@ def strip(argv: list[str], words: list[Word | None]) -> Stripped:
         if name == "chroot":
             out.effects.cannot_read("chroot runs the command with another root folder")
             out.cwd = None
+        if name == "unshare":
+            out.effects.cannot_read("unshare runs the command in new namespaces, where it "
+                                    "may mount and change kernel settings")
         taken += skip
         out.argv, out.words = rest[taken:], rest_words[taken:]
         if name == "xargs":
