@@ -246,6 +246,8 @@ class Host:
                                        tier2_enabled=settings.tier2.enabled,
                                        read_only_tools=self.mcp.read_only_tools()
                                        if self.mcp is not None else ())
+        if isinstance(self.sandbox, Sandbox):
+            self._stack.append(self.sandbox.close)
         if self.mcp is not None:  # connects in the background while the rest starts
             self._stack.append(self.mcp.start().stop)
         # The SDK import is slow (seconds): run it beside the rest of the start, and finish

@@ -10,10 +10,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from bench import append, ask, context, fanout, gate, interrupt, ttsr
+from bench import append, ask, context, fanout, gate, interrupt, sandbox, ttsr
 from bench.common import nats_server, say
 
-BENCHMARKS = ("ask", "append", "interrupt", "ttsr", "gate", "fanout", "context")
+BENCHMARKS = ("ask", "append", "interrupt", "ttsr", "gate", "fanout", "context", "sandbox")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -21,7 +21,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
         description="Tether's benchmarks, each against a raw baseline run in the same process "
-        "(raw nats-py, raw eventsourcing). They print figures and ratios; they assert nothing.",
+        "(raw nats-py, raw eventsourcing, a plain subprocess). They print figures and ratios; "
+        "they assert nothing.",
     )
     parser.add_argument("--quick", action="store_true", help="small N, for smoke runs")
     parser.add_argument(
@@ -79,6 +80,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         say()
         built = context.run(quick=args.quick)
         summary.append(f"RATIO context build/reload @{built.largest} = {built.ratio:.2f}")
+    if "sandbox" in chosen:
+        say()
+        boxed = sandbox.run(quick=args.quick)
+        if boxed is None:
+            summary.append("sandbox: skipped (bubblewrap is not usable here)")
+        else:
+            summary.extend(boxed.ratio_lines())
     say()
     say("== summary")
     for line in summary:

@@ -11,11 +11,14 @@ and removes it afterwards.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 
 #: Where cgroup hierarchies are mounted.
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -67,41 +70,105 @@ def find_parent() -> str:
 
 
 class CallCgroup:
-    """One call's pids cgroup under ``parent``, at most ``limit`` processes."""
+    """A pids cgroup under ``parent`` for one call at a time, at most ``limit`` processes.
+
+    Cgroups are reused from call to call (:class:`CgroupPool`): a process started in a
+    fresh cgroup starts measurably slower, and removing one waits for the last exit."""
 
     def __init__(self, parent: str, limit: int) -> None:
         self.path = os.path.join(parent, f"tether-{uuid.uuid4().hex[:12]}")
         os.mkdir(self.path)
         with open(os.path.join(self.path, "pids.max"), "w", encoding="ascii") as handle:
             handle.write(str(limit))
+        self._refused = self._refusals()
 
     def wrap(self, argv: list[str]) -> list[str]:
         """``argv`` made to join this cgroup before it runs."""
         return ["/bin/sh", "-c", _JOIN, os.path.join(self.path, "cgroup.procs"), *argv]
 
-    def hit_limit(self) -> bool:
-        """Whether a fork was refused for the limit."""
+    def _refusals(self) -> int:
         try:
             with open(os.path.join(self.path, "pids.events"), encoding="ascii") as handle:
-                return any(int(line.split()[1]) > 0 for line in handle if line.strip())
+                return sum(int(line.split()[1]) for line in handle if line.strip())
         except (OSError, ValueError, IndexError):
-            return False
+            return 0
+
+    def hit_limit(self) -> bool:
+        """Whether a fork was refused for the limit since the call began."""
+        return self._refusals() > self._refused
+
+    def _pids(self) -> list[int]:
+        try:
+            with open(os.path.join(self.path, "cgroup.procs"), encoding="ascii") as handle:
+                return [int(p) for p in handle.read().split()]
+        except OSError:
+            return []
+
+    def empty(self) -> None:
+        """Kill whatever is left in it, so the next call starts alone."""
+        for pid in self._pids():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        self._refused = self._refusals()
 
     def remove(self) -> None:
-        """Kill whatever is left in it, then remove it."""
-        for _ in range(50):
-            try:
-                with open(os.path.join(self.path, "cgroup.procs"), encoding="ascii") as handle:
-                    pids = [int(p) for p in handle.read().split()]
-            except OSError:
-                return
-            for pid in pids:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
+        """Kill whatever is left in it, then remove it (waiting a little for the exits)."""
+        for _ in range(200):
+            self.empty()
             with contextlib.suppress(OSError):
                 os.rmdir(self.path)
                 return
-            time.sleep(0.01)
+            time.sleep(0.005)
+
+
+class CgroupPool:
+    """Call cgroups under ``parent``, each used by one call at a time and kept for the
+    next; :meth:`close` removes them (and the process's exit, for pools from
+    :meth:`shared`)."""
+
+    _shared: dict[tuple[str, int], CgroupPool] = {}
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, parent: str, limit: int) -> CgroupPool:
+        """The process's one pool for ``parent`` and ``limit``: sandboxes made and dropped
+        one after another (each test, each engine) leave no cgroups behind."""
+        with cls._shared_lock:
+            pool = cls._shared.get((parent, limit))
+            if pool is None:
+                pool = cls._shared[(parent, limit)] = cls(parent, limit)
+                atexit.register(pool.close)
+            return pool
+
+    def __init__(self, parent: str, limit: int) -> None:
+        self.parent = parent
+        self.limit = limit
+        self._free: list[CallCgroup] = []
+        self._all: list[CallCgroup] = []
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def cgroup(self) -> Iterator[CallCgroup]:
+        """A cgroup of its own for the ``with`` block (emptied when it ends)."""
+        with self._lock:
+            cgroup = self._free.pop() if self._free else None
+        if cgroup is None:
+            cgroup = CallCgroup(self.parent, self.limit)
+            with self._lock:
+                self._all.append(cgroup)
+        try:
+            yield cgroup
+        finally:
+            cgroup.empty()
+            with self._lock:
+                self._free.append(cgroup)
+
+    def close(self) -> None:
+        """Remove every cgroup of the pool."""
+        with self._lock:
+            cgroups, self._all, self._free = self._all, [], []
+        for cgroup in cgroups:
+            cgroup.remove()
 
 
 def sweep_cgroups(parent: str) -> int:

@@ -110,13 +110,26 @@ def protected_targets(root: str, patterns: Iterable[str]) -> list[Target]:
         existing = _variants(root, rel)
         for path in existing:
             targets.setdefault(path, Target(path, True, os.path.isdir(path)))
-        canonical = os.path.join(root, rel)
-        if canonical not in targets and not existing and not rel.startswith(".git/"):
-            targets[canonical] = Target(canonical, False, is_dir)  # git's: _git_targets
+        if existing or rel.startswith(".git/"):  # git's own: _git_targets
+            continue
+        # A folder that would hold it and does not exist yet is held whole (one
+        # placeholder for .tether/ instead of one for each protected file in it).
+        top = _topmost_missing(root, rel)
+        targets.setdefault(top, Target(top, False, is_dir or top != os.path.join(root, rel)))
     if globs:
         for path in _glob_matches(root, globs):
             targets.setdefault(path, Target(path, True, os.path.isdir(path)))
     return sorted(targets.values(), key=lambda t: (not t.exists, t.path))
+
+
+def _topmost_missing(root: str, rel: str) -> str:
+    """The outermost path on the way from ``root`` to ``rel`` that does not exist."""
+    current = root
+    for part in rel.split("/"):
+        current = os.path.join(current, part)
+        if not os.path.lexists(current):
+            return current
+    return current
 
 
 def _git_targets(root: str) -> list[Target]:
@@ -156,6 +169,8 @@ def remove_created(paths: list[str]) -> list[str]:
     """Remove each of ``paths`` that exists now (made by the call that just ended)."""
     removed = []
     for path in paths:
+        if not os.path.lexists(path):
+            continue
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path, ignore_errors=True)
         else:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from actors.ports import Grant
 from adapters.process import Finished, run_process
 from adapters.sandbox.bwrap import MountPlan, bwrap_argv
-from adapters.sandbox.cgroup import CallCgroup, find_parent
+from adapters.sandbox.cgroup import CgroupPool, find_parent
 from adapters.sandbox.placeholders import Placeholders
 from adapters.sandbox.protected import (
     ancestors,
@@ -63,6 +63,11 @@ class Sandbox:
         #: Where each call gets a pids cgroup ("" where none can be made: the kernel's
         #: RLIMIT_NPROC, or for root a polling watchdog, limits processes instead).
         self.cgroup_parent = find_parent() if cgroup_parent is None else cgroup_parent
+        self._cgroups = CgroupPool.shared(self.cgroup_parent, self.limits.processes)
+
+    def close(self) -> None:
+        """Remove the call cgroups this sandbox kept (at the engine's stop)."""
+        self._cgroups.close()
 
     def profile(self, grant: Grant, *, writable: bool, wall_seconds: float) -> SandboxProfile:
         """The profile a call with ``grant`` runs under (recorded before it runs)."""
@@ -158,16 +163,13 @@ class Sandbox:
             if not self.cgroup_parent:
                 return run_process(command, plan.workspace, env, timeout=timeout, cap=cap,
                                    cancel=grant.cancel, watchdog=self._watchdog())
-            cgroup = CallCgroup(self.cgroup_parent, self.limits.processes)
-            try:
+            with self._cgroups.cgroup() as cgroup:
                 # The kernel refuses the fork past the limit; the call is then stopped
                 # (a fork bomb would otherwise retry until its time runs out).
                 return run_process(cgroup.wrap(command), plan.workspace, env,
                                    timeout=timeout, cap=cap, cancel=grant.cancel,
                                    watchdog=lambda _pid: self._over_limit(
                                        cgroup.hit_limit()))
-            finally:
-                cgroup.remove()
 
     @contextlib.contextmanager
     def command(

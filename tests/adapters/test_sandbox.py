@@ -149,6 +149,11 @@ def test_protected_targets_find_case_variants_and_absent_files(ws: Path) -> None
     assert targets[str(ws / "identity.MD")].exists
     assert str(ws / "IDENTITY.md") not in targets  # a variant exists: it is held instead
     assert not targets[str(ws / "GUARDRAILS.md")].exists
+    # No .tether folder yet: it is held whole, not file by file.
+    assert targets[str(ws / ".tether")] == (str(ws / ".tether"), False, True)
+    assert not any(path.startswith(str(ws / ".tether") + "/") for path in targets)
+    (ws / ".tether").mkdir()
+    targets = {t.path: t for t in protected_targets(str(ws), PROTECTED)}
     assert not targets[str(ws / ".tether/policy.yaml")].exists
     assert targets[str(ws / ".tether/rules")].is_dir
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from adapters.sandbox import probe
 
 ROOT = Path(__file__).resolve().parents[2]
 RATIO = r"RATIO {} tether/raw = \d+\.\d\d$"
@@ -73,6 +76,21 @@ def test_context_quick_prints_its_ratio() -> None:
     out = run_bench("bench.context", "--quick")
     assert re.search(r"RATIO context build/reload @100 = \d+\.\d\d$", out, re.MULTILINE), out
     assert "reload+build ms" in out and "catch-up ms" in out
+
+
+def test_sandbox_quick_prints_its_ratios() -> None:
+    out = run_bench("bench.sandbox", "--quick")
+    if not probe().usable:
+        assert "SKIPPED, bubblewrap is not usable here" in out and "RATIO" not in out, out
+        return
+    commands = ["true", "ls"] + (["git status"] if shutil.which("git") else [])
+    for command in commands:
+        for path in ("", "run_shell "):
+            assert re.search(rf"RATIO sandbox/plain {path}{command} = \d+\.\d\d$", out,
+                             re.MULTILINE), out
+    assert re.search(r"^GOAL sandbox under 10 ms added per call: (met|NOT met)", out,
+                     re.MULTILINE), out
+    assert "where a sandboxed `true` goes" in out and "placeholders made and removed" in out
 
 
 def test_all_benchmarks_quick(nats_url: str) -> None:
