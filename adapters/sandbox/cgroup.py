@@ -69,6 +69,26 @@ def find_parent() -> str:
     return next((c for c in candidates if os.path.isdir(c) and _usable(c)), "")
 
 
+def _kill_all(path: str) -> None:
+    try:
+        with open(os.path.join(path, "cgroup.procs"), encoding="ascii") as handle:
+            pids = [int(p) for p in handle.read().split()]
+    except OSError:
+        return
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _remove(path: str) -> None:
+    for _ in range(200):
+        _kill_all(path)
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+            return
+        time.sleep(0.005)
+
+
 class CallCgroup:
     """A pids cgroup under ``parent`` for one call at a time, at most ``limit`` processes.
 
@@ -76,7 +96,8 @@ class CallCgroup:
     fresh cgroup starts measurably slower, and removing one waits for the last exit."""
 
     def __init__(self, parent: str, limit: int) -> None:
-        self.path = os.path.join(parent, f"tether-{uuid.uuid4().hex[:12]}")
+        # The engine's pid in the name: a sweep removes only the cgroups of dead engines.
+        self.path = os.path.join(parent, f"tether-{os.getpid()}-{uuid.uuid4().hex[:12]}")
         os.mkdir(self.path)
         with open(os.path.join(self.path, "pids.max"), "w", encoding="ascii") as handle:
             handle.write(str(limit))
@@ -97,28 +118,14 @@ class CallCgroup:
         """Whether a fork was refused for the limit since the call began."""
         return self._refusals() > self._refused
 
-    def _pids(self) -> list[int]:
-        try:
-            with open(os.path.join(self.path, "cgroup.procs"), encoding="ascii") as handle:
-                return [int(p) for p in handle.read().split()]
-        except OSError:
-            return []
-
     def empty(self) -> None:
         """Kill whatever is left in it, so the next call starts alone."""
-        for pid in self._pids():
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        _kill_all(self.path)
         self._refused = self._refusals()
 
     def remove(self) -> None:
         """Kill whatever is left in it, then remove it (waiting a little for the exits)."""
-        for _ in range(200):
-            self.empty()
-            with contextlib.suppress(OSError):
-                os.rmdir(self.path)
-                return
-            time.sleep(0.005)
+        _remove(self.path)
 
 
 class CgroupPool:
@@ -172,17 +179,17 @@ class CgroupPool:
 
 
 def sweep_cgroups(parent: str) -> int:
-    """Remove the empty call cgroups under ``parent`` older than a minute (left by an
-    engine that died during a call; one in use has processes, or is a moment old and not
-    joined yet, and stays); how many were removed."""
+    """Remove the call cgroups under ``parent`` of engines no longer running (one died
+    during a call); how many were removed."""
     removed = 0
     with contextlib.suppress(OSError):
         for name in os.listdir(parent):
-            path = os.path.join(parent, name)
-            if not name.startswith("tether-") or name.startswith("tether-probe-"):
+            parts = name.split("-")
+            if len(parts) != 3 or parts[0] != "tether" or not parts[1].isdigit():
                 continue
-            with contextlib.suppress(OSError):
-                if os.stat(path).st_mtime < time.time() - 60:
-                    os.rmdir(path)
-                    removed += 1
+            if os.path.exists(f"/proc/{parts[1]}"):
+                continue  # its engine still runs (or the pid was reused: it stays a while)
+            path = os.path.join(parent, name)
+            _remove(path)
+            removed += not os.path.exists(path)
     return removed

@@ -35,7 +35,7 @@ echo ns-ok
 [ "$(grep -c : /proc/net/dev)" = 1 ] && echo net-off || echo net-on
 [ "$$" -lt 10 ] && echo pid-private || echo pid-shared
 [ "$(ulimit -t)" != unlimited ] && echo limits-on || echo limits-off
-[ -z "$(ls -A "$HOME" 2>/dev/null)" ] && echo home-hidden || echo home-visible
+[ "$(stat -f -c %T "$HOME" 2>/dev/null)" = tmpfs ] && echo home-hidden || echo home-visible
 """
 
 

@@ -100,8 +100,9 @@ def protected_targets(root: str, patterns: Iterable[str]) -> list[Target]:
     existing ones first, each once; see the module's contract."""
     targets: dict[str, Target] = {}
     globs: list[str] = []
-    for target in _git_targets(root):
-        targets[target.path] = target
+    for repository in _repositories(root):
+        for target in _git_targets(repository, top=repository == root):
+            targets[target.path] = target
     for pattern in patterns:
         rel, is_dir = _literal_part(pattern)
         if not rel:
@@ -110,8 +111,8 @@ def protected_targets(root: str, patterns: Iterable[str]) -> list[Target]:
         existing = _variants(root, rel)
         for path in existing:
             targets.setdefault(path, Target(path, True, os.path.isdir(path)))
-        if existing or rel.startswith(".git/"):  # git's own: _git_targets
-            continue
+        if os.path.lexists(os.path.join(root, rel)) or rel.startswith(".git/"):
+            continue  # held above (a case variant does not stand in for it); git's: above
         # A folder that would hold it and does not exist yet is held whole (one
         # placeholder for .tether/ instead of one for each protected file in it).
         top = _topmost_missing(root, rel)
@@ -132,7 +133,18 @@ def _topmost_missing(root: str, rel: str) -> str:
     return current
 
 
-def _git_targets(root: str) -> list[Target]:
+def _repositories(root: str) -> list[str]:
+    """``root`` and the repositories one folder below it (``vendor/.git``)."""
+    found = [root]
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root):
+            git = os.path.join(entry.path, ".git")
+            if entry.is_dir(follow_symlinks=False) and os.path.lexists(git):
+                found.append(entry.path)
+    return found
+
+
+def _git_targets(root: str, *, top: bool = True) -> list[Target]:
     """What the sandbox holds of git in ``root``: in a repository, each of
     :data:`GIT_PROTECTED`; where there is none, ``.git`` itself (a command could otherwise
     make a repository whose configuration runs code: ``git init`` is for a person); a
@@ -142,7 +154,7 @@ def _git_targets(root: str) -> list[Target]:
         raise UnholdablePath(".git is a symlink; the sandbox cannot hold git's configuration "
                              "reached through a link")
     if not os.path.lexists(git):
-        return [Target(git, False, True)]
+        return [Target(git, False, True)] if top else []
     if not os.path.isdir(git):
         return [Target(git, True, False)]
     out = []
@@ -157,12 +169,13 @@ def _git_targets(root: str) -> list[Target]:
 
 
 def watched_paths(root: str) -> list[str]:
-    """The absent :data:`GIT_WATCHED` files of repository ``root``."""
-    if not os.path.isdir(os.path.join(root, ".git")) or os.path.islink(
-            os.path.join(root, ".git")):
-        return []
-    return [os.path.join(root, rel) for rel in sorted(GIT_WATCHED)
-            if not os.path.lexists(os.path.join(root, rel))]
+    """The absent :data:`GIT_WATCHED` files of the repositories of workspace ``root``."""
+    return [os.path.join(repository, rel)
+            for repository in _repositories(root)
+            if os.path.isdir(os.path.join(repository, ".git"))
+            and not os.path.islink(os.path.join(repository, ".git"))
+            for rel in sorted(GIT_WATCHED)
+            if not os.path.lexists(os.path.join(repository, rel))]
 
 
 def remove_created(paths: list[str]) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from actors.ports import Grant
@@ -35,7 +36,8 @@ class Sandbox:
     """Runs commands contained by bubblewrap (``bwrap``, with ``prlimit`` for limits).
 
     ``protected``: the workspace-relative protection globs; ``limits``: each call's
-    resource limits; ``home_visible``: entries of the user's home shown read-only (the
+    resource limits; ``home_visible``: entries of the user's home (or absolute paths)
+    shown read-only (the
     rest of the home is hidden); ``hidden``: more folders to hide (the state directory);
     ``placeholders``: where absent protected files get their stand-ins; ``cgroup_parent``:
     where each call's pids cgroup is made (None: found here; "": none).
@@ -95,9 +97,14 @@ class Sandbox:
         return sorted(hide, key=lambda p: (p.count(os.sep), p))
 
     def _shown(self) -> list[str]:
+        """What is shown read-only inside the hidden folders: the ``home_visible``
+        entries (relative to the home, or absolute), and the Python installation the
+        engine runs on (a venv under ``/tmp`` or a pyenv under the home would be hidden)."""
         home = os.path.expanduser("~")
-        return [os.path.join(home, entry) for entry in self.home_visible
-                if entry and not os.path.isabs(entry) and ".." not in entry.split("/")]
+        shown = [os.path.join(home, entry) for entry in self.home_visible
+                 if entry and ".." not in entry.split("/")]  # join keeps an absolute one
+        shown += [os.path.realpath(p) for p in (sys.base_prefix, sys.prefix)]
+        return list(dict.fromkeys(shown))
 
     @contextlib.contextmanager
     def _plan(
