@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from actors.runtime import ask
 from adapters.host import Host
@@ -50,3 +54,90 @@ def tether_cli(host: Host, nats_url: str) -> Callable[..., subprocess.CompletedP
                               capture_output=True, text=True, timeout=60)
 
     return run
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One connection a listener accepted: when, on which port, what it received."""
+
+    at: dt.datetime
+    port: int
+    data: bytes
+
+
+class Listener:
+    """A loopback TCP listener recording every connection and its bytes. Each connection
+    is read for at most half a second (a reverse shell gets EOF and ends)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        self.port: int = self.sock.getsockname()[1]
+        self.hits: list[Hit] = []
+        self._reading = 0
+        self._lock = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"listener-{self.port}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            at = dt.datetime.now(dt.UTC)
+            with self._lock:
+                self._reading += 1
+            threading.Thread(target=self._read, args=(conn, at), daemon=True).start()
+
+    def _read(self, conn: socket.socket, at: dt.datetime) -> None:
+        """Read until the peer is quiet for 0.15 s, ends, or half a second passed."""
+        data = b""
+        conn.settimeout(0.15)
+        deadline = time.monotonic() + 0.5
+        with conn:
+            while time.monotonic() < deadline and len(data) < 65536:
+                try:
+                    chunk = conn.recv(4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                data += chunk
+        with self._lock:
+            self.hits.append(Hit(at, self.port, data))
+            self._reading -= 1
+            self._lock.notify_all()
+
+    def settle(self) -> None:
+        """Wait for the connections being read (each ends within half a second)."""
+        with self._lock:
+            self._lock.wait_for(lambda: self._reading == 0, timeout=2.0)
+
+    def since(self, index: int) -> list[Hit]:
+        with self._lock:
+            return self.hits[index:]
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.hits)
+
+    @property
+    def connections(self) -> int:
+        """How many connections reached it (each read to its end)."""
+        self.settle()
+        return self.count()
+
+    @property
+    def received(self) -> bytes:
+        """Every byte that reached it, in order."""
+        self.settle()
+        with self._lock:
+            return b"".join(hit.data for hit in self.hits)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()

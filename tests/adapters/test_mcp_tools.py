@@ -40,9 +40,9 @@ from adapters.tools import BuiltinTools
 from adapters.tools.shell import Unconfined
 from events.messages import ToolProposal
 from projections.audit_index import AuditEntry
-from tests.adapters.test_sandbox import Listener, _need_bwrap
+from tests.adapters.test_sandbox import _need_bwrap
 from tests.conftest import Engine
-from tests.helpers import say, wait_until
+from tests.helpers import Listener, say, wait_until
 from tests.mcp_server import LONG_NAME
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -31,6 +30,7 @@ from adapters.sandbox.cgroup import CgroupPool, find_parent, sweep_cgroups
 from adapters.tools import BuiltinTools
 from adapters.tools.shell import Unconfined
 from events.sandbox import SandboxLimits
+from tests.helpers import Listener
 
 PROTECTED = ("SOUL.md", "IDENTITY.md", "GUARDRAILS.md", "MEMORY.md", "AGENTS.md", "*/.git/config",
              "HEARTBEAT.md", ".tether/policy.yaml", ".tether/rules/**")
@@ -70,42 +70,6 @@ def shell(sandbox: Sandbox, ws: Path, command: str, grant: Grant | None = None,
     tools = BuiltinTools(timeout=timeout, sandbox=sandbox, env=dict(os.environ))
     out = tools.execute("run_shell", {"command": command}, str(ws), grant)
     return out.content
-
-
-class Listener:
-    """A loopback TCP listener that records whatever reaches it."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.received = b""
-        self.connections = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.connections += 1
-            conn.settimeout(1)
-            try:
-                while chunk := conn.recv(65536):
-                    self.received += chunk
-            except OSError:
-                pass
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2)
-        self.sock.close()
 
 
 @pytest.fixture
