@@ -41,7 +41,8 @@ class SandboxProfile(msgspec.Struct, frozen=True, kw_only=True):
     ``writable`` is ``workspace`` (the workspace read-write, the rest read-only) or
     ``none`` (nothing writable: the read-only git tools). ``granted`` lists the paths
     (absolute) the call's verdict judged it to write: a protected file among them was left
-    writable; every other protected file was read-only, and none could be deleted. ``wall_seconds`` is the call's time limit.
+    writable; every other protected file was read-only, and none could be deleted.
+    ``wall_seconds`` is the call's time limit.
     """
 
     kind: SandboxKind
