@@ -61,7 +61,8 @@ class Judgement(msgspec.Struct, frozen=True):
     """An allowed (or, once approved, escalated) call may reach the network."""
 
 
-#: The tools that start processes (contained by the sandbox when there is one).
+#: The tools that start processes (contained by the sandbox when there is one), and those
+#: of them that run arbitrary commands (their sandbox has the workspace writable).
 PROCESS_TOOLS = frozenset({"run_shell", "git_status", "git_diff"})
 SHELL_TOOLS = frozenset({"run_shell"})
 

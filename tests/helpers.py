@@ -12,8 +12,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import pytest
+
 from actors.runtime import ask
 from adapters.host import Host
+from adapters.sandbox import SandboxReport, probe
 from events.messages import Accepted, UserMessage
 
 
@@ -141,3 +144,14 @@ class Listener:
         self._stop.set()
         self._thread.join(2)
         self.sock.close()
+
+
+def need_sandbox() -> SandboxReport:
+    """The sandbox's probe report when bubblewrap is usable here. Where it is not, the
+    test is skipped with the reason, or failed under CI (``.ci/run`` installs it)."""
+    report = probe()
+    if report.usable:
+        return report
+    if os.environ.get("CI"):
+        pytest.fail(f"bubblewrap is required in CI (.ci/run installs it): {report.reason}")
+    pytest.skip(f"no sandbox here: {report.reason}")

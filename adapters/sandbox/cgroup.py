@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import signal
 import threading
@@ -55,8 +56,10 @@ def _usable(parent: str) -> bool:
             os.rmdir(probe)
 
 
+@functools.cache
 def find_parent() -> str:
-    """A folder where this process can make pids cgroups, or "" when there is none."""
+    """A folder where this process can make pids cgroups, or "" when there is none
+    (found once per process: every sandbox the process makes shares the answer)."""
     candidates: list[str] = []
     v1 = _own_path("pids")
     if v1 is not None:

@@ -16,6 +16,7 @@ import signal
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
+from actors.gatekeeper import PROCESS_TOOLS, SHELL_TOOLS
 from actors.ports import Grant, ToolOutput
 from adapters.process import Finished, run_process
 from adapters.sandbox import HOW_TO_ENABLE, Sandbox, UnholdablePath
@@ -33,8 +34,6 @@ _GIT_SAFE_CONFIG: tuple[tuple[str, str], ...] = (
     ("color.ui", "never"),
 )
 
-#: The tools that start processes, and whether their sandbox has the workspace writable.
-PROCESS_TOOLS: dict[str, bool] = {"run_shell": True, "git_status": False, "git_diff": False}
 
 
 class Unconfined(NamedTuple):
@@ -77,9 +76,9 @@ class ShellTools(ToolLimits):
     def sandbox_profile(self, name: str, grant: Grant) -> SandboxProfile | None:
         """The containment tool ``name`` runs under with ``grant``; None for a tool that
         starts no process, or when it would be refused."""
-        writable = PROCESS_TOOLS.get(name)
-        if writable is None:
+        if name not in PROCESS_TOOLS:
             return None
+        writable = name in SHELL_TOOLS  # the git tools' sandbox has nothing writable
         if isinstance(self.sandbox, Sandbox):
             return self.sandbox.profile(grant, writable=writable, wall_seconds=self.timeout)
         if self.sandbox.allowed:

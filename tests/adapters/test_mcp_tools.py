@@ -40,9 +40,8 @@ from adapters.tools import BuiltinTools
 from adapters.tools.shell import Unconfined
 from events.messages import ToolProposal
 from projections.audit_index import AuditEntry
-from tests.adapters.test_sandbox import _need_bwrap
 from tests.conftest import Engine
-from tests.helpers import Listener, say, wait_until
+from tests.helpers import Listener, need_sandbox, say, wait_until
 from tests.mcp_server import LONG_NAME
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,8 +69,7 @@ def home_entries() -> list[str]:
 
 def real_sandbox(tmp_path: Path, *protected: str) -> Sandbox:
     """The real bubblewrap sandbox (skipped where it is absent, failed in CI)."""
-    _need_bwrap()
-    report = probe()
+    report = need_sandbox()
     return Sandbox(report.bwrap, report.prlimit, protected=protected,
                    home_visible=home_entries(),
                    placeholders=Placeholders(str(tmp_path / "ledger.json")))
@@ -506,7 +504,7 @@ time.sleep(60)
 
 
 def test_a_killed_engine_leaves_no_sandboxed_server(tmp_path: Path) -> None:
-    _need_bwrap()
+    need_sandbox()
     beat = tmp_path / "server" / "beat"
     beat.parent.mkdir()
     engine = subprocess.Popen([sys.executable, "-c", KILLED_ENGINE], cwd=REPO,

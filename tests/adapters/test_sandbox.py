@@ -23,31 +23,21 @@ from adapters.sandbox import (
     Sandbox,
     UnholdablePath,
     bwrap_argv,
-    probe,
     protected_targets,
 )
 from adapters.sandbox.cgroup import CgroupPool, find_parent, sweep_cgroups
 from adapters.tools import BuiltinTools
 from adapters.tools.shell import Unconfined
 from events.sandbox import SandboxLimits
-from tests.helpers import Listener
+from tests.helpers import Listener, need_sandbox
 
 PROTECTED = ("SOUL.md", "IDENTITY.md", "GUARDRAILS.md", "MEMORY.md", "AGENTS.md", "*/.git/config",
              "HEARTBEAT.md", ".tether/policy.yaml", ".tether/rules/**")
 
 
-def _need_bwrap() -> None:
-    if shutil.which("bwrap") and probe().usable:
-        return
-    if os.environ.get("CI"):
-        pytest.fail("bubblewrap is required in CI (.ci/run installs it)")
-    pytest.skip("bubblewrap (bwrap) is not usable on this machine")
-
-
 @pytest.fixture
 def sandbox(tmp_path: Path) -> Sandbox:
-    _need_bwrap()
-    report = probe()
+    report = need_sandbox()
     return Sandbox(report.bwrap, report.prlimit, protected=PROTECTED,
                    limits=SandboxLimits(cpu_seconds=5, memory_mb=512, file_size_mb=1,
                                         processes=64, scratch_mb=8),

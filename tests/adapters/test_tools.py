@@ -14,8 +14,9 @@ import msgspec
 import pytest
 
 from actors.ports import ToolExecutor, ToolOutput
-from adapters.sandbox import Sandbox, probe
+from adapters.sandbox import Sandbox
 from adapters.tools import TOOL_GROUP_DESCRIPTIONS, TOOL_GROUPS, BuiltinTools
+from tests.helpers import need_sandbox
 
 
 @pytest.fixture
@@ -34,13 +35,8 @@ def outside(tmp_path: Path) -> Path:
 
 
 def sandboxed(**options: Any) -> BuiltinTools:
-    """Built-in tools whose shell and git commands run in the real sandbox (bubblewrap:
-    skipped where it is absent locally, failed in CI; see test_sandbox.py)."""
-    report = probe()
-    if not report.usable:
-        if os.environ.get("CI"):
-            pytest.fail(f"bubblewrap is required in CI: {report.reason}")
-        pytest.skip(f"no sandbox here: {report.reason}")
+    """Built-in tools whose shell and git commands run in the real sandbox."""
+    report = need_sandbox()
     return BuiltinTools(sandbox=Sandbox(report.bwrap, report.prlimit), **options)
 
 

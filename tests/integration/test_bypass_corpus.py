@@ -66,10 +66,9 @@ from adapters.anthropic_provider import AnthropicProvider
 from adapters.config import Settings, load_settings
 from adapters.fake_llm import FakeLLM, parse_script
 from adapters.host import Host
-from adapters.sandbox import probe
 from events.messages import Accepted, ToolProposal, UserMessage
 from tests.conftest import ChannelWatcher
-from tests.helpers import Listener, say
+from tests.helpers import Listener, need_sandbox, say
 
 # --- the corpus -------------------------------------------------------------------------
 #
@@ -735,14 +734,6 @@ _TRANSFORMS: dict[str, Callable[[str], str]] = {
 _ENCODED = re.compile(r"<<(b64|hex|rot13|rev):(.*?):>>", re.S)
 
 
-def _need_bwrap() -> None:
-    if shutil.which("bwrap") and probe().usable:
-        return
-    if os.environ.get("CI"):
-        pytest.fail("bubblewrap is required in CI (.ci/run installs it)")
-    pytest.skip("bubblewrap (bwrap) is not usable on this machine")
-
-
 # --- the world the commands run against ---------------------------------------------------
 
 
@@ -1368,7 +1359,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, nats_url: str) -> Iterator[
     ``make_settings`` makes them, for the module), one model stand-in scripted with every
     unit. Each unit is one model message of run_shell calls: one round of the session's
     ``round_limit``."""
-    _need_bwrap()
+    need_sandbox()
     started = time.monotonic()
     world = World(tmp_path_factory.mktemp("bypass"))
     llm: FakeLLM | None = None

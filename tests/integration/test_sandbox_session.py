@@ -26,23 +26,17 @@ from adapters.fake_llm import FakeLLM, parse_script
 from adapters.host import Host
 from adapters.nats_bus import NatsBus
 from adapters.nats_server import EmbeddedNats
-from adapters.sandbox import probe
 from events.messages import Accepted, ToolResultBlock, UserMessage
 from events.sandbox import SandboxLimits
 from events.subjects import Subjects
 from tests.conftest import ChannelWatcher
-from tests.helpers import say
+from tests.helpers import need_sandbox, say
 from tests.integration.test_serve_restart import TETHER, Serve
 
 
 @pytest.fixture(autouse=True)
-def _need_bwrap() -> None:
-    report = probe()
-    if report.usable:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"bubblewrap is required in CI: {report.reason}")
-    pytest.skip(f"no sandbox here: {report.reason}")
+def _sandbox() -> None:
+    need_sandbox()
 
 
 TICKS = """
