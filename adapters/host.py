@@ -111,6 +111,7 @@ def build_sandbox(settings: Settings) -> tuple[Sandbox | Unconfined, SandboxRepo
         home_visible=settings.sandbox_home,
         hidden=(settings.state_dir,),
         placeholders=placeholders,
+        scratch=os.path.join(settings.state_dir, "sandbox"),
     )
     if sandbox.cgroup_parent:
         sweep_cgroups(sandbox.cgroup_parent)  # those of calls an engine died in

@@ -55,14 +55,21 @@ import adapters.sandbox.runner as sandbox_runner
 from actors.ports import Grant
 from adapters.config import load_settings
 from adapters.host import build_sandbox, tool_environment
-from adapters.process import Finished, run_process
+from adapters.process import run_process
 from adapters.sandbox import Placeholders, Sandbox, protected_targets
+from adapters.sandbox.bwrap import bwrap_argv
+from adapters.sandbox.prepared import Prepared
 from adapters.tools import BuiltinTools
 from adapters.tools.shell import Unconfined
 from bench.common import Printer, ratio, say, table
 
 GOAL_MS = 10.0
 """The issue's goal: the sandbox adds less than this per call (p50, milliseconds)."""
+
+PAUSE_SECONDS = 0.05
+"""The pause before each timed call, on both sides: an agent's tool calls come one model
+reply apart (seconds), and the sandbox builds the next call's sandbox in that time. Calls
+back to back, with no pause, are measured too (``true`` only)."""
 
 FULL_N = 200
 FULL_WARMUP = 10
@@ -169,9 +176,11 @@ class SandboxResults:
 Call = Callable[[], object]
 
 
-def alternate(cases: Sequence[Call], n: int, warmup: int, block: int) -> list[list[int]]:
+def alternate(cases: Sequence[Call], n: int, warmup: int, block: int,
+              pause: float = 0.0) -> list[list[int]]:
     """Warm each case up (``warmup`` calls), then ``n`` timed calls of each in alternating
-    blocks of ``block``; returns each case's per-call wall times in nanoseconds."""
+    blocks of ``block``, each after ``pause`` seconds (not timed); returns each case's
+    per-call wall times in nanoseconds."""
     for case in cases:
         for _ in range(warmup):
             case()
@@ -181,6 +190,8 @@ def alternate(cases: Sequence[Call], n: int, warmup: int, block: int) -> list[li
         size = min(block, n - done)
         for i, case in enumerate(cases):
             for _ in range(size):
+                if pause:
+                    time.sleep(pause)
                 t0 = time.perf_counter_ns()
                 case()
                 samples[i].append(time.perf_counter_ns() - t0)
@@ -283,23 +294,24 @@ def tool(tools: BuiltinTools, command: str, workspace: str) -> Call:
 
 def measure_bare(
     sandbox: Sandbox, workspace: str, env: dict[str, str], commands: Commands, n: int,
-    warmup: int, block: int,
+    warmup: int, block: int, pause: float = 0.0,
 ) -> list[Row]:
-    """Sandbox.run against subprocess.run, per command."""
+    """Sandbox.run against subprocess.run, per command, each call after ``pause``."""
     rows = []
     for name, argv in commands:
         plain_ns, boxed_ns = alternate(
             [plain(argv, workspace, env), boxed(sandbox, argv, workspace, env)], n, warmup,
-            block)
+            block, pause)
         rows.append(Row(name, Timing.of(plain_ns), Timing.of(boxed_ns)))
     return rows
 
 
 def measure_shell(
     sandbox: Sandbox, workspace: str, env: dict[str, str], commands: Commands, n: int,
-    warmup: int, block: int,
+    warmup: int, block: int, pause: float = 0.0,
 ) -> list[Row]:
-    """``execute("run_shell")`` sandboxed and unconfined against ``bash -c``, per command."""
+    """``execute("run_shell")`` sandboxed and unconfined against ``bash -c``, per command,
+    each call after ``pause``."""
     contained = BuiltinTools(env=env, sandbox=sandbox, timeout=TIMEOUT)
     loose = BuiltinTools(env=env, sandbox=Unconfined(True, "bench: the sandbox off"),
                          timeout=TIMEOUT)
@@ -307,7 +319,7 @@ def measure_shell(
     for name, _ in commands:
         plain_ns, loose_ns, boxed_ns = alternate(
             [plain(["bash", "-c", name], workspace, env), tool(loose, name, workspace),
-             tool(contained, name, workspace)], n, warmup, block)
+             tool(contained, name, workspace)], n, warmup, block, pause)
         rows.append(Row(name, Timing.of(plain_ns), Timing.of(boxed_ns), Timing.of(loose_ns)))
     return rows
 
@@ -315,20 +327,14 @@ def measure_shell(
 # --- 3. where the time goes -----------------------------------------------------------------
 
 
-def call_command(sandbox: Sandbox, argv: list[str], workspace: str,
-                 env: dict[str, str]) -> list[str]:
-    """The command line ``Sandbox.run(argv)`` hands to ``run_process`` (recorded from one
-    real call), or an empty list when it cannot be recorded."""
-    seen: list[list[str]] = []
-    real = sandbox_runner.run_process
-
-    def recording(command: list[str], *args: Any, **kwargs: Any) -> Finished:
-        seen.append(list(command))
-        return real(command, *args, **kwargs)
-
-    with mock.patch.object(sandbox_runner, "run_process", recording):
-        boxed(sandbox, argv, workspace, env)()
-    return seen[0] if seen else []
+def call_command(sandbox: Sandbox, argv: list[str], workspace: str) -> list[str]:
+    """The bwrap command line that runs ``argv`` in ``workspace``'s sandbox as a call
+    would, with every placeholder mounted (as where placeholders cannot be sealed)."""
+    cold = copy.copy(sandbox)
+    cold.placeholders = Placeholders(seal=False)
+    with cold._plan(workspace, writes=(), network=False, writable=True) as (plan, _):
+        return bwrap_argv(sandbox.bwrap, plan, argv, prlimit=sandbox.prlimit,
+                          limits=sandbox.limits)
 
 
 def without_mounts(command: list[str], paths: set[str]) -> list[str]:
@@ -359,8 +365,9 @@ class Part:
 
 
 class SplitRun:
-    """Sandbox.run of one command, each call's wall time split into the time spent in
-    ``run_process`` (the process) and the rest (the Python work around it)."""
+    """Sandbox.run of one command, each call's wall time split into the time spent with
+    the process (``run_process``, or a launcher's start and ``watch_process``) and the rest
+    (the Python work around it)."""
 
     def __init__(self, sandbox: Sandbox, argv: list[str], workspace: str,
                  env: dict[str, str]) -> None:
@@ -370,17 +377,21 @@ class SplitRun:
 
     def __call__(self, count: int) -> list[int]:
         spent: list[int] = []
-        real = sandbox_runner.run_process
 
-        def timing(command: list[str], *args: Any, **kwargs: Any) -> Finished:
-            t0 = time.perf_counter_ns()
-            try:
-                return real(command, *args, **kwargs)
-            finally:
-                spent.append(time.perf_counter_ns() - t0)
+        def timing(real: Callable[..., Any]) -> Callable[..., Any]:
+            def timed_call(*args: Any, **kwargs: Any) -> Any:
+                t0 = time.perf_counter_ns()
+                try:
+                    return real(*args, **kwargs)
+                finally:
+                    spent.append(time.perf_counter_ns() - t0)
+
+            return timed_call
 
         totals: list[int] = []
-        with mock.patch.object(sandbox_runner, "run_process", timing):
+        with (mock.patch.object(sandbox_runner, "watch_process",
+                                timing(sandbox_runner.watch_process)),
+              mock.patch.object(Prepared, "start", timing(Prepared.start))):
             for _ in range(count):
                 spent.clear()
                 t0 = time.perf_counter_ns()
@@ -396,11 +407,10 @@ def measure_parts(
     sandbox: Sandbox, workspace: str, env: dict[str, str], n: int, warmup: int
 ) -> tuple[list[Part], list[str]]:
     """The breakdown of one sandboxed ``true``, and lines describing the call."""
-    command = call_command(sandbox, ["true"], workspace, env)
+    command = call_command(sandbox, ["true"], workspace)
     if sandbox.bwrap not in command:
         return [], ["the call's command line could not be recorded: no breakdown"]
-    start = command.index(sandbox.bwrap)
-    wrapper, bwrap = command[:start], command[start:]
+    bwrap = command[command.index(sandbox.bwrap):]
     if bwrap.count("--") < 2:
         return [], ["the call's command line is not bwrap -- prlimit -- ...: no breakdown"]
     targets = protected_targets(workspace, sandbox.protected)
@@ -451,13 +461,14 @@ def measure_parts(
                       lambda count: timed(boxed(plain_box, ["true"], workspace, env), count)))
     samples = alternate_blocks([case for _, case in cases], n, warmup, PARTS_BLOCK)
     parts = [Part(label, Timing.of(s)) for (label, _), s in zip(cases, samples, strict=True)]
-    what = "the wrapper, bwrap, prlimit, true" if wrapper else "bwrap, prlimit, true"
+    cgroup = bool(getattr(sandbox, "cgroup_parent", ""))
+    what = ("bwrap started ahead in the call's cgroup, prlimit, true" if cgroup
+            else "bwrap, prlimit, true")
     whole = next(i for i, (_, case) in enumerate(cases) if case is split)
     parts[whole + 1 : whole + 1] = [
-        Part(f"  of which in run_process ({what})", Timing.of(split.inside[warmup:])),
-        Part("  of which around it (Python: protected files, placeholders, plan"
-             + (", the wrapper's set-up and clean-up" if wrapper else "") + ")",
-             Timing.of(split.outside[warmup:])),
+        Part(f"  of which with the process ({what})", Timing.of(split.inside[warmup:])),
+        Part("  of which around it (Python: protected files, placeholders, new "
+             "repositories, the plan)", Timing.of(split.outside[warmup:])),
     ]
 
     def hold_release(placeholders: Placeholders) -> Call:
@@ -480,10 +491,10 @@ def measure_parts(
     lines = [f"one writable call: {len(targets)} protected paths, {len(absent)} absent "
              f"({len(made_paths)} placeholders with the folders on their way), "
              f"{mounts(bwrap)} mounts"]
-    if wrapper:
-        lines.append("run_process starts a wrapper before bwrap: "
-                     + " ".join(repr(a) if " " in a else a for a in wrapper[:3])
-                     + (" ..." if len(wrapper) > 3 else ""))
+    if cgroup:
+        lines.append("each call's bwrap is started ahead, after the call before it, and "
+                     "joins the call's pids cgroup then (a cgroup v1 join waits for an RCU "
+                     "grace period: 5-20 ms here)")
     return parts, lines
 
 
@@ -529,6 +540,13 @@ def _ms(value: float) -> str:
     return f"{value:.2f}"
 
 
+def _bare_table(rows: list[Row]) -> list[str]:
+    return table(
+        ["command", "plain p50", "plain p90", "sandbox p50", "sandbox p90", "added", "ratio"],
+        [[r.command, _ms(r.plain.p50_ms), _ms(r.plain.p90_ms), _ms(r.sandboxed.p50_ms),
+          _ms(r.sandboxed.p90_ms), _ms(r.added_ms), f"{r.ratio:.2f}"] for r in rows])
+
+
 def run(quick: bool = False, out: Printer = say) -> SandboxResults | None:
     """Measure and print; None (after one line saying why) where bubblewrap is not usable."""
     n, warmup, block = (QUICK_N, QUICK_WARMUP, QUICK_BLOCK) if quick else (
@@ -557,19 +575,24 @@ def run(quick: bool = False, out: Printer = say) -> SandboxResults | None:
         out(f"workspace: a small git repository with SOUL.md and AGENTS.md, IDENTITY.md "
             f"absent; N={n} calls per case, warm-up {warmup}, alternating blocks of {block}")
         out()
-        out("-- Sandbox.run(argv, writable=True) vs plain subprocess.run(argv), ms per call")
-        bare = measure_bare(sandbox, workspace, env, commands, n, warmup, block)
-        for line in table(
-            ["command", "plain p50", "plain p90", "sandbox p50", "sandbox p90", "added",
-             "ratio"],
-            [[r.command, _ms(r.plain.p50_ms), _ms(r.plain.p90_ms), _ms(r.sandboxed.p50_ms),
-              _ms(r.sandboxed.p90_ms), _ms(r.added_ms), f"{r.ratio:.2f}"] for r in bare],
-        ):
+        out(f"-- Sandbox.run(argv, writable=True) vs plain subprocess.run(argv), ms per call, "
+            f"each call {PAUSE_SECONDS * 1000:.0f} ms after the one before")
+        bare = measure_bare(sandbox, workspace, env, commands, n, warmup, block,
+                            PAUSE_SECONDS)
+        for line in _bare_table(bare):
+            out(line)
+        out()
+        out("-- the same back to back (no pause: the next call's sandbox may not be built "
+            "yet)")
+        back_to_back = measure_bare(sandbox, workspace, env, commands[:1], n, warmup, block)
+        for line in _bare_table(back_to_back):
             out(line)
         out()
         out('-- execute("run_shell", {"command": C}): sandboxed, and with the sandbox off, '
-            'vs plain subprocess.run(["bash", "-c", C]), ms per call')
-        shell = measure_shell(sandbox, workspace, env, commands, n, warmup, block)
+            f'vs plain subprocess.run(["bash", "-c", C]), ms per call, each '
+            f'{PAUSE_SECONDS * 1000:.0f} ms after the one before')
+        shell = measure_shell(sandbox, workspace, env, commands, n, warmup, block,
+                              PAUSE_SECONDS)
         rows = []
         for r in shell:
             loose = r.unconfined or r.plain
@@ -583,8 +606,8 @@ def run(quick: bool = False, out: Printer = say) -> SandboxResults | None:
         ):
             out(line)
         out()
-        out(f"-- where a sandboxed `true` goes (N={parts_n} per part, alternating blocks of "
-            f"{PARTS_BLOCK}; Python parts {PYTHON_REPEATS} calls each)")
+        out(f"-- where a sandboxed `true` goes, calls back to back (N={parts_n} per part, "
+            f"alternating blocks of {PARTS_BLOCK}; Python parts {PYTHON_REPEATS} calls each)")
         parts, notes = measure_parts(sandbox, workspace, env, parts_n, max(1, warmup // 2))
         for note in notes:
             out(note)
@@ -610,10 +633,16 @@ def run(quick: bool = False, out: Printer = say) -> SandboxResults | None:
     path, worst = results.worst
     out(f"GOAL sandbox under {GOAL_MS:g} ms added per call: "
         + ("met" if results.goal_met else "NOT met")
-        + f" (worst: {path} {worst.command}, +{worst.added_ms:.2f} ms)")
+        + f" (worst: {path} {worst.command}, +{worst.added_ms:.2f} ms; calls "
+           f"{PAUSE_SECONDS * 1000:.0f} ms apart)")
+    for row in back_to_back:
+        out(f"  back to back: Sandbox.run {row.command} +{row.added_ms:.2f} ms "
+            f"(the next call's sandbox is still being built when it comes)")
     out("ratios are cost ratios: sandboxed p50 / plain p50 (above 1: the sandbox is slower)")
     for line in results.ratio_lines():
         out(line)
+    for row in back_to_back:
+        out(f"RATIO sandbox/plain back-to-back {row.command} = {row.ratio:.2f}")
     return results
 
 

@@ -27,7 +27,9 @@ class MountPlan(msgspec.Struct, frozen=True, kw_only=True):
     ``hide``: folders replaced by an empty tmpfs; ``show``: paths inside hidden folders
     bound back read-only; ``workspace`` bound read-write when ``writable``; ``pin``:
     folders bound onto themselves (not renamable); ``read_only`` and ``granted``: protected
-    paths bound read-only, or read-write (a granted write, still undeletable).
+    paths bound read-only, or read-write (a granted write, still undeletable); ``files``:
+    ``(source, destination)`` files bound read-only over workspace files (git's exclude
+    list with the placeholders in it).
     """
 
     workspace: str
@@ -37,6 +39,7 @@ class MountPlan(msgspec.Struct, frozen=True, kw_only=True):
     pin: list[str] = []
     read_only: list[str] = []
     granted: list[str] = []
+    files: list[tuple[str, str]] = []
     network: bool = False
 
 
@@ -58,10 +61,17 @@ def bwrap_argv(
     bwrap: str, plan: MountPlan, argv: list[str], *, prlimit: str, limits: SandboxLimits
 ) -> list[str]:
     """The full command line running ``argv`` in the sandbox ``plan`` describes."""
+    return [bwrap, *bwrap_options(plan, limits), "--", *prlimit_argv(prlimit, limits), *argv]
+
+
+def bwrap_options(plan: MountPlan, limits: SandboxLimits, *, chdir: bool = True) -> list[str]:
+    """bwrap's options for the sandbox ``plan`` describes (what comes before the command);
+    the command starts in the workspace, or in ``/`` without ``chdir`` (a sandbox built
+    ahead waits there, holding no folder of the workspace)."""
     # /proc/sys stays writable in a fresh /proc (bwrap keeps it when it is mode 0555), and
     # sysctls check the uid, not capabilities: a root engine's sandbox could set
     # kernel.core_pattern and run code on the host. It is bound read-only.
-    args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--ro-bind", "/proc/sys", "/proc/sys"]
     scratch = str(limits.scratch_mb * _MB)
     for folder in plan.hide:
@@ -75,9 +85,12 @@ def bwrap_argv(
         args += ["--ro-bind", path, path]
     for path in plan.granted:
         args += ["--bind", path, path]
+    for source, destination in plan.files:
+        args += ["--ro-bind", source, destination]
     # No user namespace inside: one would grant CAP_SYS_ADMIN over new mount and cgroup
     # namespaces (a cgroup2 mount there reaches the engine's own cgroup: kill, freeze).
-    args += ["--chdir", plan.workspace, "--unshare-all", "--unshare-user", "--disable-userns"]
+    args += ["--chdir", plan.workspace if chdir else "/", "--unshare-all", "--unshare-user",
+             "--disable-userns"]
     if plan.network:
         args.append("--share-net")
     args += [
@@ -85,8 +98,5 @@ def bwrap_argv(
         "--die-with-parent",
         "--new-session",
         "--cap-drop", "ALL",
-        "--",
-        *prlimit_argv(prlimit, limits),
-        *argv,
     ]
     return args

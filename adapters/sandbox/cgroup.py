@@ -5,8 +5,8 @@ engine that can create cgroups (root on most machines, or a delegated cgroup v2 
 puts each call in a cgroup of its own whose ``pids.max`` is the call's process limit: the
 kernel refuses the fork past it. :func:`find_parent` finds where such cgroups can be made
 (cgroup v1's pids hierarchy, or the v2 hierarchy under this process's own cgroup);
-:class:`CallCgroup` makes one, wraps the command so it joins before it starts anything,
-and removes it afterwards.
+:class:`CallCgroup` makes one, which a call's sandbox joins before it starts anything
+(:mod:`adapters.sandbox.prepared`), and removes it afterwards.
 """
 
 from __future__ import annotations
@@ -23,10 +23,6 @@ from collections.abc import Iterator
 
 #: Where cgroup hierarchies are mounted.
 CGROUP_ROOT = "/sys/fs/cgroup"
-
-# The command joins its cgroup itself before it execs bwrap, so nothing it starts can be
-# outside it (a parent writing the child's pid afterwards would race the first fork).
-_JOIN = 'echo $$ > "$0" && exec "$@"'
 
 
 def _own_path(controller: str) -> str | None:
@@ -73,6 +69,7 @@ def find_parent() -> str:
 
 
 def _kill_all(path: str) -> None:
+    """Kill every process in the cgroup at ``path``."""
     try:
         with open(os.path.join(path, "cgroup.procs"), encoding="ascii") as handle:
             pids = [int(p) for p in handle.read().split()]
@@ -95,8 +92,8 @@ def _remove(path: str) -> None:
 class CallCgroup:
     """A pids cgroup under ``parent`` for one call at a time, at most ``limit`` processes.
 
-    Cgroups are reused from call to call (:class:`CgroupPool`): a process started in a
-    fresh cgroup starts measurably slower, and removing one waits for the last exit."""
+    Cgroups are reused from call to call (:class:`CgroupPool`): a fresh one costs its
+    creation, and removing one waits for the last exit."""
 
     def __init__(self, parent: str, limit: int) -> None:
         # The engine's pid in the name: a sweep removes only the cgroups of dead engines.
@@ -104,11 +101,9 @@ class CallCgroup:
         os.mkdir(self.path)
         with open(os.path.join(self.path, "pids.max"), "w", encoding="ascii") as handle:
             handle.write(str(limit))
+        #: Where a process writes its pid to join.
+        self.procs = os.path.join(self.path, "cgroup.procs")
         self._refused = self._refusals()
-
-    def wrap(self, argv: list[str]) -> list[str]:
-        """``argv`` made to join this cgroup before it runs."""
-        return ["/bin/sh", "-c", _JOIN, os.path.join(self.path, "cgroup.procs"), *argv]
 
     def _refusals(self) -> int:
         try:
@@ -157,21 +152,30 @@ class CgroupPool:
         self._all: list[CallCgroup] = []
         self._lock = threading.Lock()
 
+    def take(self) -> CallCgroup:
+        """A cgroup no call uses, for one call (give it back with :meth:`give`)."""
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+        cgroup = CallCgroup(self.parent, self.limit)
+        with self._lock:
+            self._all.append(cgroup)
+        return cgroup
+
+    def give(self, cgroup: CallCgroup) -> None:
+        """Empty ``cgroup`` and keep it for the next call."""
+        cgroup.empty()
+        with self._lock:
+            self._free.append(cgroup)
+
     @contextlib.contextmanager
     def cgroup(self) -> Iterator[CallCgroup]:
         """A cgroup of its own for the ``with`` block (emptied when it ends)."""
-        with self._lock:
-            cgroup = self._free.pop() if self._free else None
-        if cgroup is None:
-            cgroup = CallCgroup(self.parent, self.limit)
-            with self._lock:
-                self._all.append(cgroup)
+        cgroup = self.take()
         try:
             yield cgroup
         finally:
-            cgroup.empty()
-            with self._lock:
-                self._free.append(cgroup)
+            self.give(cgroup)
 
     def close(self) -> None:
         """Remove every cgroup of the pool."""

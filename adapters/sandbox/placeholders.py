@@ -8,13 +8,23 @@ placeholder ends, it is removed again, if it is still the empty file (or empty f
 was made. A ledger file lists what stands on disk, so placeholders left by an engine that
 died mid-call are removed at the next start (:meth:`Placeholders.sweep`).
 
+Where this process may (root, on a file system that has the flag: ext4, xfs, btrfs,
+tmpfs), each placeholder is also made *immutable* (``FS_IMMUTABLE_FL``): then no process
+without ``CAP_LINUX_IMMUTABLE`` (none in the sandbox) can write, remove, rename or replace
+it, or create anything in a placeholder folder, and it needs no mount of its own
+(:meth:`Placeholders.sealed`). The flag is cleared before a placeholder is removed, by the
+sweep too.
+
 Calls that run at once share placeholders by reference count: removing one while another
 sandbox holds it would detach that sandbox's mount.
 """
 
 from __future__ import annotations
 
+import array
+import collections
 import contextlib
+import fcntl
 import json
 import os
 import stat
@@ -23,16 +33,42 @@ from collections.abc import Iterator
 
 from adapters.sandbox.protected import UnholdablePath
 
+# linux/fs.h: the inode flags ioctls and the immutable flag.
+_GETFLAGS, _SETFLAGS, _IMMUTABLE = 0x80086601, 0x40086602, 0x10
+
+
+def _set_immutable(path: str, is_dir: bool, on: bool) -> bool:
+    """Set or clear ``path``'s immutable flag; whether it is done (not a link)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+                     | (os.O_DIRECTORY if is_dir else 0))
+    except OSError:
+        return False
+    try:
+        flags = array.array("i", [0])
+        fcntl.ioctl(fd, _GETFLAGS, flags, True)
+        flags[0] = flags[0] | _IMMUTABLE if on else flags[0] & ~_IMMUTABLE
+        fcntl.ioctl(fd, _SETFLAGS, flags, True)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
 
 class Placeholders:
     """Creates, shares and removes placeholders; ``ledger`` (a file path, or "" for none)
     records the ones on disk across a crash."""
 
-    def __init__(self, ledger: str = "") -> None:
+    def __init__(self, ledger: str = "", *, seal: bool = True) -> None:
         self._ledger = ledger
         self._lock = threading.Lock()
         # path -> (is_dir, device, inode, users)
         self._held: dict[str, tuple[bool, int, int, int]] = {}
+        self._sealed: set[str] = set()
+        self._seal = seal and os.geteuid() == 0
+        self._fd = -1
+        self._size = 0
 
     @contextlib.contextmanager
     def holding(self, paths: list[tuple[str, bool]]) -> Iterator[list[str]]:
@@ -42,12 +78,26 @@ class Placeholders:
         made: list[str] = []
         try:
             with self._lock:
+                fresh: list[str] = []
                 for path, is_dir in paths:
-                    made.extend(self._acquire(path, is_dir))
+                    held = self._acquire(path, is_dir)
+                    made.extend(held)
+                    fresh += [p for p in held if self._held[p][3] == 1]
+                if self._seal:  # innermost first: a sealed folder takes no new entry
+                    for path in reversed(fresh):
+                        if _set_immutable(path, self._held[path][0], True):
+                            self._sealed.add(path)
                 self._save()
             yield made
         finally:
             with self._lock:
+                # Unseal what goes before removing anything: a sealed folder lets nothing
+                # in it be removed.
+                count = collections.Counter(made)
+                for path, times in count.items():
+                    if path in self._sealed and self._held[path][3] == times:
+                        _set_immutable(path, self._held[path][0], False)
+                        self._sealed.discard(path)
                 for path in reversed(made):
                     self._release(path)
                 self._save()
@@ -75,8 +125,17 @@ class Placeholders:
                 os.close(fd)
         except FileExistsError:
             return out  # someone made it meanwhile: it is an existing file now
+        except PermissionError:
+            if parent in self._sealed:
+                return out  # a sealed placeholder folder already holds it
+            raise
         self._held[path] = (is_dir, info.st_dev, info.st_ino, 1)
         return [*out, path]
+
+    def sealed(self, paths: list[str]) -> set[str]:
+        """Those of the held ``paths`` that are immutable (they need no mount)."""
+        with self._lock:
+            return {p for p in paths if p in self._sealed}
 
     def _release(self, path: str) -> None:
         entry = self._held.get(path)
@@ -87,17 +146,33 @@ class Placeholders:
             self._held[path] = (is_dir, dev, ino, users - 1)
             return
         del self._held[path]
+        self._sealed.discard(path)
         _remove_if_same(path, is_dir, dev, ino)
 
     def _save(self) -> None:
+        """Rewrite the ledger in place (caller holds the lock) with one write on a file kept
+        open: shorter content is padded with spaces (still JSON), so the file holds a whole
+        ledger whenever this process dies."""
         if not self._ledger:
             return
-        data = {p: [d, dev, ino] for p, (d, dev, ino, _) in self._held.items()}
-        os.makedirs(os.path.dirname(self._ledger) or ".", exist_ok=True)
-        tmp = f"{self._ledger}.tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(data, handle)
-        os.replace(tmp, self._ledger)
+        data = json.dumps({p: [d, dev, ino] for p, (d, dev, ino, _) in self._held.items()})
+        if self._fd < 0:
+            os.makedirs(os.path.dirname(self._ledger) or ".", exist_ok=True)
+            self._fd = os.open(self._ledger, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self._size = os.fstat(self._fd).st_size
+        encoded = data.encode()
+        os.pwrite(self._fd, encoded.ljust(self._size), 0)
+        if len(encoded) < self._size // 2:
+            os.ftruncate(self._fd, len(encoded))  # after the write: the padding stays valid
+            self._size = len(encoded)
+        self._size = max(self._size, len(encoded))
+
+    def close(self) -> None:
+        """Close the ledger (placeholders held still stand)."""
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
     def sweep(self) -> list[str]:
         """Remove the placeholders an earlier process left (it died mid-call); returns the
@@ -109,14 +184,24 @@ class Placeholders:
                 data = json.load(handle)
         except (FileNotFoundError, ValueError):
             return []
-        removed = [
-            path
-            for path, (is_dir, dev, ino) in sorted(data.items(), key=lambda i: -len(i[0]))
-            if _remove_if_same(path, bool(is_dir), int(dev), int(ino))
-        ]
+        entries = sorted(data.items(), key=lambda i: -len(i[0]))
+        for path, (is_dir, dev, ino) in reversed(entries):  # unsealed outermost first
+            if _same(path, int(dev), int(ino)):
+                _set_immutable(path, bool(is_dir), False)
+        removed = [path for path, (is_dir, dev, ino) in entries
+                   if _remove_if_same(path, bool(is_dir), int(dev), int(ino))]
         with self._lock:
             self._save()
         return removed
+
+
+def _same(path: str, dev: int, ino: int) -> bool:
+    """Whether ``path`` is still the file (device, inode) made."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return (info.st_dev, info.st_ino) == (dev, ino) and not stat.S_ISLNK(info.st_mode)
 
 
 def _remove_if_same(path: str, is_dir: bool, dev: int, ino: int) -> bool:
@@ -127,6 +212,8 @@ def _remove_if_same(path: str, is_dir: bool, dev: int, ino: int) -> bool:
         return False
     if (info.st_dev, info.st_ino) != (dev, ino):
         return False
+    if not stat.S_ISLNK(info.st_mode):
+        _set_immutable(path, stat.S_ISDIR(info.st_mode), False)  # if it was set
     try:
         if is_dir and stat.S_ISDIR(info.st_mode):
             os.rmdir(path)  # fails, and stays, when something was put in it

@@ -100,7 +100,7 @@ def protected_targets(root: str, patterns: Iterable[str]) -> list[Target]:
     existing ones first, each once; see the module's contract."""
     targets: dict[str, Target] = {}
     globs: list[str] = []
-    for repository in _repositories(root):
+    for repository in repositories_of(root):
         for target in _git_targets(repository, top=repository == root):
             targets[target.path] = target
     for pattern in patterns:
@@ -133,7 +133,7 @@ def _topmost_missing(root: str, rel: str) -> str:
     return current
 
 
-def _repositories(root: str) -> list[str]:
+def repositories_of(root: str) -> list[str]:
     """``root`` and the repositories one folder below it (``vendor/.git``)."""
     found = [root]
     with contextlib.suppress(OSError):
@@ -171,7 +171,7 @@ def _git_targets(root: str, *, top: bool = True) -> list[Target]:
 def watched_paths(root: str) -> list[str]:
     """The absent :data:`GIT_WATCHED` files of the repositories of workspace ``root``."""
     return [os.path.join(repository, rel)
-            for repository in _repositories(root)
+            for repository in repositories_of(root)
             if os.path.isdir(os.path.join(repository, ".git"))
             and not os.path.islink(os.path.join(repository, ".git"))
             for rel in sorted(GIT_WATCHED)

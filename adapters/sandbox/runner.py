@@ -4,9 +4,14 @@
 a :class:`~adapters.sandbox.bwrap.MountPlan`, holds the placeholders for protected files
 that do not exist yet while it runs, and runs it with the call's limits: its processes are
 killed when the call times out, is cancelled, or (where the process-count limit cannot be
-enforced by the kernel, as for root) starts more processes than allowed.
-:meth:`Sandbox.command` gives the same containment to a long-lived process (an MCP stdio
-server) that the caller starts and ends itself.
+enforced by the kernel, as for root) starts more processes than allowed. After a writable
+call, the repositories it made are made harmless (:mod:`adapters.sandbox.newrepos`).
+
+Where placeholders are sealed (immutable, so none needs a mount), the next call's sandbox
+is built as soon as a call ends (:mod:`adapters.sandbox.prepared`), and the next call uses
+it only if it mounts exactly what the call's own plan would. :meth:`Sandbox.command` gives
+the same containment to a long-lived process (an MCP stdio server) that the caller starts
+and ends itself.
 """
 
 from __future__ import annotations
@@ -14,23 +19,39 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import subprocess
 import sys
+import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future
+from typing import NamedTuple
+
+import msgspec
 
 from actors.ports import Grant
-from adapters.process import Finished, run_process
-from adapters.sandbox.bwrap import MountPlan, bwrap_argv
-from adapters.sandbox.cgroup import CgroupPool, find_parent
+from adapters.process import Finished, watch_process
+from adapters.sandbox.bwrap import MountPlan, bwrap_argv, bwrap_options, prlimit_argv
+from adapters.sandbox.cgroup import CallCgroup, CgroupPool, find_parent
+from adapters.sandbox.excludes import Excludes
+from adapters.sandbox.newrepos import git_folders, make_harmless
 from adapters.sandbox.placeholders import Placeholders
+from adapters.sandbox.prepared import Prepared, in_background
 from adapters.sandbox.protected import (
+    Target,
+    UnholdablePath,
     ancestors,
     protected_targets,
     remove_created,
+    repositories_of,
     watched_paths,
 )
 from events.sandbox import SandboxLimits, SandboxProfile
 
 log = logging.getLogger(__name__)
+
+#: Longest a call waits for the sandbox being built ahead of it before it builds its own.
+PREPARE_WAIT_SECONDS = 1.0
 
 class Sandbox:
     """Runs commands contained by bubblewrap (``bwrap``, with ``prlimit`` for limits).
@@ -40,7 +61,10 @@ class Sandbox:
     shown read-only (the
     rest of the home is hidden); ``hidden``: more folders to hide (the state directory);
     ``placeholders``: where absent protected files get their stand-ins; ``cgroup_parent``:
-    where each call's pids cgroup is made (None: found here; "": none).
+    where each call's pids cgroup is made (None: found here; "": none);
+    ``prepare_ahead``: build each call's sandbox after the call before it, off its path
+    (where placeholders can be sealed; see :mod:`adapters.sandbox.prepared`);
+    ``scratch``: where the sandbox keeps files it generates (a temporary folder when "").
     """
 
     def __init__(
@@ -54,6 +78,8 @@ class Sandbox:
         hidden: Iterable[str] = (),
         placeholders: Placeholders | None = None,
         cgroup_parent: str | None = None,
+        prepare_ahead: bool = True,
+        scratch: str = "",
     ) -> None:
         self.bwrap = bwrap
         self.prlimit = prlimit
@@ -66,10 +92,24 @@ class Sandbox:
         #: RLIMIT_NPROC, or for root a polling watchdog, limits processes instead).
         self.cgroup_parent = find_parent() if cgroup_parent is None else cgroup_parent
         self._cgroups = CgroupPool.shared(self.cgroup_parent, self.limits.processes)
+        self._excludes = Excludes(scratch)
+        #: Whether the next call's sandbox is built after each call, ahead of it.
+        self.prepare_ahead = prepare_ahead
+        # The sandbox built ahead, in a slot of its own: a Sandbox dropped without close()
+        # still ends it when collected.
+        self._slot = _Slot(self._cgroups)
+        weakref.finalize(self, self._slot.empty)
+        self._building: Future[None] | None = None
+        self._closed = False
 
     def close(self) -> None:
-        """Remove the call cgroups this sandbox kept (at the engine's stop)."""
-        self._cgroups.close()
+        """End the sandbox built ahead, close the placeholder ledger and remove the
+        generated exclude files (at the engine's stop). The call cgroups are the
+        process's, removed at its exit."""
+        self._closed = True
+        self._slot.empty()
+        self.placeholders.close()
+        self._excludes.close()
 
     def profile(self, grant: Grant, *, writable: bool, wall_seconds: float) -> SandboxProfile:
         """The profile a call with ``grant`` runs under (recorded before it runs)."""
@@ -109,11 +149,13 @@ class Sandbox:
     @contextlib.contextmanager
     def _plan(
         self, workspace: str, *, writes: Iterable[str], network: bool, writable: bool,
-    ) -> Iterator[MountPlan]:
+    ) -> Iterator[tuple[MountPlan, bool]]:
         """The mount plan of a process in ``workspace``'s sandbox, valid for the ``with``
-        block: the placeholders of absent protected files are held until it ends.
-        ``writes``: the protected paths left writable (still undeletable). Raises
-        ``UnholdablePath`` when a protected path cannot be held."""
+        block, and whether every placeholder is sealed (none needs a mount): the
+        placeholders of absent protected files are held until it ends, and the
+        repositories the process made are made harmless after it. ``writes``: the
+        protected paths left writable (still undeletable). Raises ``UnholdablePath`` when
+        a protected path cannot be held."""
         root = os.path.realpath(workspace)
         granted = {os.path.realpath(p) for p in writes}
         targets = protected_targets(root, self.protected) if writable else []
@@ -122,21 +164,35 @@ class Sandbox:
         # mounted (its removal would detach this sandbox's mount); the lock decides.
         leaves = [(t.path, t.is_dir) for t in targets if t.path not in granted]
         watched = watched_paths(root) if writable else []
-        with self.placeholders.holding(leaves) as made, self._removing(watched):
-            held = [t.path for t in targets]
-            pins = {a for t in targets for a in ancestors(root, t.path)} | (
-                set(made) - {p for p, _ in leaves})
-            yield MountPlan(
-                workspace=root,
-                writable=writable,
-                hide=self._hidden_folders(root),
-                show=self._shown(),
-                pin=sorted((p for p in pins if os.path.isdir(p)),
-                           key=lambda p: (p.count(os.sep), p)),
-                read_only=[p for p in held if p not in granted and os.path.lexists(p)],
-                granted=[p for p in held if p in granted and os.path.lexists(p)],
-                network=network,
-            )
+        with (self.placeholders.holding(leaves) as made, self._removing(watched),
+              self._new_repositories(root, writable)):
+            sealed = self.placeholders.sealed(made)
+            yield self._mount_plan(root, targets, granted=granted, network=network,
+                                   writable=writable, made=made, sealed=sealed), (
+                sealed == set(made))
+
+    def _mount_plan(
+        self, root: str, targets: list[Target], *, granted: set[str], network: bool,
+        writable: bool, made: list[str], sealed: set[str],
+    ) -> MountPlan:
+        """The plan for ``targets`` with the placeholders ``made`` standing (``sealed``:
+        those that are immutable, so need no mount and no pinned folder)."""
+        held = [t.path for t in targets]
+        pins = {a for t in targets for a in ancestors(root, t.path)} | (
+            set(made) - {t.path for t in targets} - sealed)
+        return MountPlan(
+            workspace=root,
+            writable=writable,
+            hide=self._hidden_folders(root),
+            show=self._shown(),
+            pin=sorted((p for p in pins if os.path.isdir(p)),
+                       key=lambda p: (p.count(os.sep), p)),
+            read_only=[p for p in held
+                       if p not in granted and p not in sealed and os.path.lexists(p)],
+            granted=[p for p in held if p in granted and os.path.lexists(p)],
+            files=self._excludes.overlays(repositories_of(root), made),
+            network=network,
+        )
 
     @staticmethod
     @contextlib.contextmanager
@@ -148,6 +204,20 @@ class Sandbox:
             for path in remove_created(watched):
                 log.warning("removed %s, made by a sandboxed process: it would point a "
                             "person's git at configuration the sandbox never held", path)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _new_repositories(root: str, writable: bool) -> Iterator[None]:
+        """Make each repository the block's process created harmless once it ends."""
+        before = git_folders(root) if writable else set()
+        try:
+            yield
+        finally:
+            for git_dir in sorted(git_folders(root) - before) if writable else []:
+                changes = make_harmless(git_dir)
+                if changes:
+                    log.warning("a sandboxed call made the repository %s; made harmless: %s",
+                                git_dir, "; ".join(changes))
 
     def run(
         self,
@@ -163,20 +233,112 @@ class Sandbox:
         """Run ``argv`` in ``workspace``'s sandbox; see the module's contract. Raises
         ``UnholdablePath`` when a protected path cannot be held (nothing runs) and
         ``OSError`` when bwrap cannot start."""
+        inputs = _Inputs(os.path.realpath(workspace), frozenset(grant.writes), grant.network,
+                         writable)
         with self._plan(workspace, writes=grant.writes, network=grant.network,
-                        writable=writable) as plan:
-            command = bwrap_argv(self.bwrap, plan, argv, prlimit=self.prlimit,
-                                 limits=self.limits)
-            if not self.cgroup_parent:
-                return run_process(command, plan.workspace, env, timeout=timeout, cap=cap,
-                                   cancel=grant.cancel, watchdog=self._watchdog())
-            with self._cgroups.cgroup() as cgroup:
-                # The kernel refuses the fork past the limit; the call is then stopped
-                # (a fork bomb would otherwise retry until its time runs out).
-                return run_process(cgroup.wrap(command), plan.workspace, env,
-                                   timeout=timeout, cap=cap, cancel=grant.cancel,
-                                   watchdog=lambda _pid: self._over_limit(
-                                       cgroup.hit_limit()))
+                        writable=writable) as (plan, all_sealed):
+            proc, output, cgroup = self._start(
+                plan, self._take_ready(inputs, plan),
+                [*prlimit_argv(self.prlimit, self.limits), *argv],
+                os.environ if env is None else env)
+            try:
+                # With a cgroup, the kernel refuses the fork past the limit and the call
+                # is stopped (a fork bomb would otherwise retry until its time runs out).
+                done = watch_process(
+                    proc, output, timeout=timeout, cap=cap, cancel=grant.cancel,
+                    watchdog=self._watchdog() if cgroup is None
+                    else lambda _pid: self._over_limit(cgroup.hit_limit()))
+            finally:
+                if cgroup is not None:
+                    self._cgroups.give(cgroup)
+        if all_sealed and self.prepare_ahead:
+            # Only where no placeholder needs a mount: it would stand on disk meanwhile.
+            self._prepare_ahead(inputs)
+        return done
+
+    def settle(self) -> bool:
+        """Wait for the sandbox being built ahead, if one is; whether one now waits ready."""
+        building = self._building
+        if building is not None:
+            with contextlib.suppress(Exception):
+                building.result(timeout=PREPARE_WAIT_SECONDS * 10)
+        return self._slot.ready()
+
+    def _start(
+        self, plan: MountPlan, ready: tuple[Prepared, CallCgroup | None] | None,
+        command: list[str], env: Mapping[str, str],
+    ) -> tuple[subprocess.Popen[bytes], int, CallCgroup | None]:
+        """Start ``command`` on the sandbox built ahead (``ready``) or a new one; returns
+        the process, its output pipe and its cgroup (the caller gives it back)."""
+        while True:
+            prepared, cgroup = ready or self._prepare(plan)
+            try:
+                proc, output = prepared.start(command, env, plan.workspace)
+            except OSError:
+                if cgroup is not None:
+                    self._cgroups.give(cgroup)
+                if ready is None:
+                    raise
+                ready = None  # the one built ahead is gone (killed): build one now
+                continue
+            return proc, output, cgroup
+
+    def _prepare(self, plan: MountPlan) -> tuple[Prepared, CallCgroup | None]:
+        """A sandbox for ``plan`` started now, in a call cgroup where there are some."""
+        cgroup = self._cgroups.take() if self.cgroup_parent else None
+        try:
+            prepared = Prepared(self.bwrap, bwrap_options(plan, self.limits, chdir=False),
+                                cgroup.procs if cgroup else "")
+        except OSError:
+            if cgroup is not None:
+                self._cgroups.give(cgroup)
+            raise
+        return prepared, cgroup
+
+    def _take_ready(
+        self, inputs: _Inputs, plan: MountPlan
+    ) -> tuple[Prepared, CallCgroup | None] | None:
+        """The sandbox built ahead, if it was built for these inputs and mounts exactly
+        what ``plan`` does, the same files (else it is discarded)."""
+        building = self._building
+        if building is not None and not building.done():
+            # Started when the last call ended: waiting costs less than building anew.
+            with contextlib.suppress(Exception):
+                building.result(timeout=PREPARE_WAIT_SECONDS)
+        ready = self._slot.take()
+        if ready is None:
+            return None
+        if ready.inputs == inputs and ready.key == _key(plan):
+            return ready.prepared, ready.cgroup
+        self._slot.discard(ready)
+        return None
+
+    def _prepare_ahead(self, inputs: _Inputs) -> None:
+        """Build the next call's sandbox for ``inputs`` now, on the preparing thread,
+        assuming its placeholders will be sealed (:meth:`_take_ready` checks)."""
+
+        def build() -> None:
+            if self._closed:
+                return
+            granted = set(inputs.writes)
+            try:
+                targets = (protected_targets(inputs.root, self.protected)
+                           if inputs.writable else [])
+                made = [t.path for t in targets if not t.exists and t.path not in granted]
+                plan = self._mount_plan(inputs.root, targets, granted=granted,
+                                        network=inputs.network, writable=inputs.writable,
+                                        made=made, sealed=set(made))
+                key = _key(plan)
+                prepared, cgroup = self._prepare(plan)
+            except (OSError, UnholdablePath):
+                return  # the next call builds its own, and says what fails
+            ready = _Ready(inputs, key, prepared, cgroup)
+            if self._closed:  # closed while it was being built
+                self._slot.discard(ready)
+            else:
+                self._slot.put(ready)
+
+        self._building = in_background(build)
 
     @contextlib.contextmanager
     def command(
@@ -190,7 +352,7 @@ class Sandbox:
         prlimit limits (its CPU seconds count over the process's whole life) and
         ``--die-with-parent``; no wall-clock limit and no process watchdog. Raises
         ``UnholdablePath`` when a protected path cannot be held."""
-        with self._plan(cwd, writes=(), network=network, writable=writable) as plan:
+        with self._plan(cwd, writes=(), network=network, writable=writable) as (plan, _):
             yield bwrap_argv(self.bwrap, plan, argv, prlimit=self.prlimit,
                              limits=self.limits)
 
@@ -244,3 +406,69 @@ def _count_in_namespace(ino: int, stop_at: int) -> int:
         except OSError:
             continue
     return count
+
+
+class _Inputs(NamedTuple):
+    """What a call's sandbox is built from, besides the workspace's state."""
+
+    root: str
+    writes: frozenset[str]
+    network: bool
+    writable: bool
+
+
+class _Ready(NamedTuple):
+    """A sandbox built ahead for ``inputs``, mounting what ``key`` says."""
+
+    inputs: _Inputs
+    key: bytes
+    prepared: Prepared
+    cgroup: CallCgroup | None
+
+
+class _Slot:
+    """Where the one sandbox built ahead waits; ``pool`` takes back its cgroup."""
+
+    def __init__(self, pool: CgroupPool) -> None:
+        self._pool = pool
+        self._ready: _Ready | None = None
+        self._lock = threading.Lock()
+
+    def take(self) -> _Ready | None:
+        with self._lock:
+            ready, self._ready = self._ready, None
+        return ready
+
+    def ready(self) -> bool:
+        with self._lock:
+            return self._ready is not None
+
+    def put(self, ready: _Ready) -> None:
+        """Keep ``ready`` (ending the one it replaces)."""
+        with self._lock:
+            old, self._ready = self._ready, ready
+        if old is not None:
+            self.discard(old)
+
+    def discard(self, ready: _Ready) -> None:
+        ready.prepared.discard()
+        if ready.cgroup is not None:
+            self._pool.give(ready.cgroup)
+
+    def empty(self) -> None:
+        ready = self.take()
+        if ready is not None:
+            self.discard(ready)
+
+
+def _key(plan: MountPlan) -> bytes:
+    """What a sandbox built from ``plan`` mounts: the plan, and which file or folder
+    (device and inode) stands at each path bound now."""
+    identities = []
+    for path in (plan.workspace, *plan.show, *plan.pin, *plan.read_only, *plan.granted):
+        try:
+            info = os.stat(path)
+            identities.append((info.st_dev, info.st_ino))
+        except OSError:
+            identities.append((0, 0))
+    return msgspec.json.encode((plan, identities))
