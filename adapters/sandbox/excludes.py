@@ -39,7 +39,9 @@ class Excludes:
             target = os.path.join(repository, ".git", "info", "exclude")
             names = sorted("/" + os.path.relpath(p, repository) for p in made
                            if os.path.dirname(p) == repository)
-            if not names or not os.path.isfile(target) or os.path.islink(target):
+            # Through no link at all: a linked .git/info would show the sandbox a file from
+            # anywhere (the hidden state directory), or make bwrap fail on every call.
+            if not names or os.path.realpath(target) != target or not os.path.isfile(target):
                 continue
             try:
                 with open(target, "rb") as handle:

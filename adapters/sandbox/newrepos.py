@@ -1,15 +1,17 @@
 """Repositories a sandboxed call created: made harmless before anyone runs git in them.
 
 The sandbox holds git's configuration and hooks of every repository that exists when a
-call starts (:mod:`adapters.sandbox.protected`). One the call *creates* (``git init sub``,
-a ``.git`` copied in, a bare repository) could carry configuration that runs code the next
-time a person, or their shell prompt, runs git there (``core.fsmonitor``, hooks,
-``core.sshCommand``, filters, aliases...). So after each writable call the repositories
-of the workspace (its top and one folder down, as the sandbox holds them) are compared
-with those before it, and each new one is made harmless: its configuration keeps only the
-keys in :data:`KEPT_KEYS` (no key that names a program or another file), its hooks other
-than git's ``*.sample`` files, ``config.worktree``, ``commondir`` and ``worktrees/`` are
-removed, and the repositories under ``modules/`` get the same.
+call starts (:mod:`adapters.sandbox.protected`, from :func:`git_folders`). One the call
+*creates* (``git init sub``, a ``.git`` copied in, a bare repository) could carry
+configuration that runs code the next time a person, or their shell prompt, runs git
+there (``core.fsmonitor``, hooks, ``core.sshCommand``, filters, aliases...). So after each
+writable call the git folders of the workspace (its top and one folder down) are compared
+with those before it, and so are, when the call changed an index, the repositories its
+gitlinks point at (a person's ``git status`` recurses into them, at any depth); each
+new one whose configuration the sandbox did not hold is made harmless: its configuration
+keeps only the keys in :data:`KEPT_KEYS` (no key that names a program or another file),
+its hooks other than git's ``*.sample`` files, ``config.worktree``, ``commondir`` and
+``worktrees/`` are removed, and the repositories under ``modules/`` get the same.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import contextlib
 import fnmatch
 import os
 import shutil
+import stat
 import subprocess
+import tempfile
 
 #: Configuration a new repository keeps (lower case; ``*`` one name): where it fetches
 #: from and who commits, nothing that runs a program, points at a file or changes how a
@@ -32,55 +36,91 @@ KEPT_KEYS: tuple[str, ...] = (
 )
 
 
+#: git run by the engine on a repository a call made: no system or global configuration.
+_GIT_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": "/dev/null", "HOME": "/nonexistent"}
+
+
 def git_folders(root: str) -> set[str]:
-    """The git folders of workspace ``root`` the sandbox watches: ``.git`` folders and
-    bare repositories at the top and one folder down, and where a ``.git`` file points
-    inside the workspace."""
+    """The git folders of workspace ``root``, at the top and one folder down: every
+    ``.git`` folder (whatever it holds now), every folder that looks like a bare
+    repository, and where a ``.git`` file points inside the workspace. Nothing is opened
+    but ``.git`` files (without blocking), so no file the workspace holds can stall it."""
     found: set[str] = set()
     folders = [root]
     with contextlib.suppress(OSError):
         folders += [e.path for e in os.scandir(root) if e.is_dir(follow_symlinks=False)]
     for folder in folders:
         git = os.path.join(folder, ".git")
-        if os.path.isdir(git) and not os.path.islink(git):
-            if _is_git_dir(git):
-                found.add(git)
-        elif os.path.isfile(git) and not os.path.islink(git):
-            target = _gitfile_target(git)
-            if target and target.startswith(root + os.sep) and _is_git_dir(target):
+        mode = _mode(git)
+        if stat.S_ISDIR(mode):
+            found.add(git)
+        elif stat.S_ISREG(mode):
+            target = gitfile_target(git)
+            if target.startswith(root + os.sep) and stat.S_ISDIR(_mode(target)):
                 found.add(target)
-        if os.path.basename(folder) != ".git" and _is_git_dir(folder):
+        if os.path.basename(folder) != ".git" and looks_like_git_dir(folder):
             found.add(folder)  # a bare repository: git uses it from inside
     return found
 
 
-def _is_git_dir(path: str) -> bool:
-    """Whether git would take ``path`` for a repository's git folder (its ``HEAD`` a ref
-    or an object name, ``objects/`` or ``commondir``, and ``refs/``)."""
-    if not (os.path.isdir(os.path.join(path, "refs"))
-            and (os.path.isdir(os.path.join(path, "objects"))
-                 or os.path.isfile(os.path.join(path, "commondir")))):
-        return False
+def _mode(path: str) -> int:
     try:
-        with open(os.path.join(path, "HEAD"), "rb") as handle:
-            head = handle.read(256).strip()
+        return os.lstat(path).st_mode
     except OSError:
-        return False
-    return head.startswith(b"ref: ") or (len(head) in (40, 64) and all(
-        c in b"0123456789abcdef" for c in head))
+        return 0
 
 
-def _gitfile_target(path: str) -> str:
-    """The real path a ``.git`` file (``gitdir: ...``) points at, or ""."""
+def looks_like_git_dir(path: str) -> bool:
+    """Whether git could take ``path`` for a git folder: a ``HEAD`` (of any content or
+    kind: git's own test accepts more forms than are worth copying) beside ``objects/``
+    or a ``commondir``."""
+    return bool(_mode(os.path.join(path, "HEAD"))) and (
+        stat.S_ISDIR(_mode(os.path.join(path, "objects")))
+        or bool(_mode(os.path.join(path, "commondir"))))
+
+
+def gitfile_target(path: str) -> str:
+    """The real path a ``.git`` file points at (``gitdir: <path>``, read as git reads it),
+    or ""."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            line = handle.readline(4096).strip()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return ""
-    if not line.startswith("gitdir:"):
+    try:
+        head = os.read(fd, 4096).split(b"\n", 1)[0].rstrip(b"\r")
+    except OSError:
         return ""
-    target = line[len("gitdir:"):].strip()
+    finally:
+        os.close(fd)
+    if not head.startswith(b"gitdir: "):
+        return ""
+    target = os.fsdecode(head[len(b"gitdir: "):])
     return os.path.realpath(os.path.join(os.path.dirname(path), target))
+
+
+def gitlinked(worktree: str) -> list[str]:
+    """The git folders of the repositories ``worktree``'s index records as gitlinks
+    (submodules, at any depth), where they have one: a person's ``git status`` there
+    runs git in each."""
+    try:
+        done = subprocess.run(
+            ["git", "--no-optional-locks", "-C", worktree, "ls-files", "--stage", "-z"],
+            capture_output=True, timeout=30, check=False, env=_GIT_ENV)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    found = []
+    for entry in done.stdout.split(b"\0"):
+        meta, _, name = entry.partition(b"\t")
+        if not meta.startswith(b"160000 "):
+            continue
+        git = os.path.join(worktree, os.fsdecode(name), ".git")
+        mode = _mode(git)
+        if stat.S_ISDIR(mode):
+            found.append(git)
+        elif stat.S_ISREG(mode) and (target := gitfile_target(git)):
+            found.append(target)
+    return found
 
 
 def make_harmless(git_dir: str) -> list[str]:
@@ -88,12 +128,13 @@ def make_harmless(git_dir: str) -> list[str]:
     contract); returns what was removed or dropped, for the log."""
     changes: list[str] = []
     config = os.path.join(git_dir, "config")
-    if os.path.isfile(config) and not os.path.islink(config):
+    mode = _mode(config)
+    if stat.S_ISREG(mode):
         dropped = _keep_only_safe_keys(config)
         changes += [f"{config}: dropped {key}" for key in dropped]
-    elif os.path.islink(config):
+    elif mode and not stat.S_ISDIR(mode):  # a link, a FIFO...: git would read through it
         _remove(config)
-        changes.append(f"{config} (a link)")
+        changes.append(f"{config} (not a plain file)")
     hooks = os.path.join(git_dir, "hooks")
     if os.path.islink(hooks) or (os.path.lexists(hooks) and not os.path.isdir(hooks)):
         _remove(hooks)
@@ -114,7 +155,7 @@ def make_harmless(git_dir: str) -> list[str]:
         changes.append(modules)
     elif os.path.isdir(modules):
         for folder, names, _ in os.walk(modules):
-            if _is_git_dir(folder):
+            if looks_like_git_dir(folder):
                 changes += make_harmless(folder)
                 names.clear()
     return changes
@@ -145,8 +186,7 @@ def _read_config(config: str) -> list[tuple[str, str]]:
         done = subprocess.run(
             ["git", "config", "--no-includes", "--file", config, "--list", "-z"],
             capture_output=True, timeout=10, check=False,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1",
-                 "HOME": "/nonexistent"},
+            env=_GIT_ENV,
         )
     except (OSError, subprocess.TimeoutExpired):
         return []
@@ -174,10 +214,17 @@ def _write_config(config: str, entries: list[tuple[str, str]]) -> None:
         head = f'[{section} "{_quote(subsection)}"]' if subsection else f"[{section}]"
         lines.append(head)
         lines += [f'\t{name} = "{_quote(value)}"' for name, value in items]
-    tmp = f"{config}.tether-tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write("\n".join(lines) + "\n")
-    os.replace(tmp, config)
+    # A new, exclusive temporary file: a name the call left there (a link to anywhere)
+    # is never opened.
+    fd, tmp = tempfile.mkstemp(prefix=".tether-config-", dir=os.path.dirname(config))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write("\n".join(lines) + "\n")
+        os.replace(tmp, config)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _quote(text: str) -> str:

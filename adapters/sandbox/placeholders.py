@@ -31,10 +31,29 @@ import stat
 import threading
 from collections.abc import Iterator
 
-from adapters.sandbox.protected import UnholdablePath
+from adapters.sandbox.protected import UnholdablePath, remove_created
+
+#: The ledger's kind for a watched path (placeholders are 0, a file, or 1, a folder).
+_WATCHED = -1
 
 # linux/fs.h: the inode flags ioctls and the immutable flag.
 _GETFLAGS, _SETFLAGS, _IMMUTABLE = 0x80086601, 0x40086602, 0x10
+
+
+def _immutable(path: str) -> bool:
+    """Whether the folder ``path`` carries the immutable flag."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        flags = array.array("i", [0])
+        fcntl.ioctl(fd, _GETFLAGS, flags, True)
+        return bool(flags[0] & _IMMUTABLE)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _set_immutable(path: str, is_dir: bool, on: bool) -> bool:
@@ -66,6 +85,7 @@ class Placeholders:
         # path -> (is_dir, device, inode, users)
         self._held: dict[str, tuple[bool, int, int, int]] = {}
         self._sealed: set[str] = set()
+        self._watched: collections.Counter[str] = collections.Counter()
         self._seal = seal and os.geteuid() == 0
         self._fd = -1
         self._size = 0
@@ -126,11 +146,30 @@ class Placeholders:
         except FileExistsError:
             return out  # someone made it meanwhile: it is an existing file now
         except PermissionError:
-            if parent in self._sealed:
-                return out  # a sealed placeholder folder already holds it
+            if parent in self._sealed or _immutable(parent):
+                return out  # a sealed placeholder folder (ours, or another engine's) holds it
             raise
         self._held[path] = (is_dir, info.st_dev, info.st_ino, 1)
         return [*out, path]
+
+    @contextlib.contextmanager
+    def watching(self, paths: list[str]) -> Iterator[None]:
+        """Record ``paths`` (absent files a call must not leave behind, such as a git
+        ``commondir``) in the ledger for the ``with`` block: if this process dies meanwhile,
+        the next :meth:`sweep` removes whichever of them exists."""
+        if not paths:
+            yield
+            return
+        with self._lock:
+            self._watched.update(paths)
+            self._save()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._watched.subtract(paths)
+                self._watched = +self._watched  # drop the counts at zero
+                self._save()
 
     def sealed(self, paths: list[str]) -> set[str]:
         """Those of the held ``paths`` that are immutable (they need no mount)."""
@@ -155,7 +194,9 @@ class Placeholders:
         ledger whenever this process dies."""
         if not self._ledger:
             return
-        data = json.dumps({p: [d, dev, ino] for p, (d, dev, ino, _) in self._held.items()})
+        entries = {p: [int(d), dev, ino] for p, (d, dev, ino, _) in self._held.items()}
+        entries.update({p: [_WATCHED, 0, 0] for p in self._watched})
+        data = json.dumps(entries)
         if self._fd < 0:
             os.makedirs(os.path.dirname(self._ledger) or ".", exist_ok=True)
             self._fd = os.open(self._ledger, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -175,8 +216,9 @@ class Placeholders:
                 self._fd = -1
 
     def sweep(self) -> list[str]:
-        """Remove the placeholders an earlier process left (it died mid-call); returns the
-        paths removed. Call it once at start, before any call runs."""
+        """Remove the placeholders an earlier process left (it died mid-call), and the
+        watched files its calls made; returns the paths removed. Call it once at start,
+        before any call runs."""
         if not self._ledger:
             return []
         try:
@@ -184,12 +226,15 @@ class Placeholders:
                 data = json.load(handle)
         except (FileNotFoundError, ValueError):
             return []
-        entries = sorted(data.items(), key=lambda i: -len(i[0]))
+        watched = [path for path, (kind, _, _) in data.items() if kind == _WATCHED]
+        removed = remove_created(watched)
+        entries = sorted(((p, e) for p, e in data.items() if e[0] != _WATCHED),
+                         key=lambda i: -len(i[0]))
         for path, (is_dir, dev, ino) in reversed(entries):  # unsealed outermost first
             if _same(path, int(dev), int(ino)):
                 _set_immutable(path, bool(is_dir), False)
-        removed = [path for path, (is_dir, dev, ino) in entries
-                   if _remove_if_same(path, bool(is_dir), int(dev), int(ino))]
+        removed += [path for path, (is_dir, dev, ino) in entries
+                    if _remove_if_same(path, bool(is_dir), int(dev), int(ino))]
         with self._lock:
             self._save()
         return removed

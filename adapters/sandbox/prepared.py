@@ -34,6 +34,11 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-sandbox-prepare")
 
 
+def _unescape(field: bytes) -> str:
+    """A mountinfo path: space, tab, newline and backslash come as octal escapes."""
+    return os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]), field))
+
+
 def in_background(work: Callable[[], None]) -> Future[None]:
     """Run ``work`` on the preparing thread: a sandbox it starts lives as long as needed."""
     return _spawner.submit(work)
@@ -47,7 +52,8 @@ def script(command: list[str], env: Mapping[str, str], cwd: str) -> bytes:
     lines += [f"export {key}={shlex.quote(value)}" for key, value in env.items()
               if _NAME.match(key)]
     lines.append("exec " + shlex.join(command))
-    return ("\n".join(lines) + "\n").encode()
+    # Names and values that are not UTF-8 reach Python as surrogate escapes: back to bytes.
+    return ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")
 
 
 class Prepared:
@@ -81,12 +87,30 @@ class Prepared:
             view = memoryview(script(command, env, cwd))
             while view:
                 view = view[os.write(self._input, view):]
-        except OSError:
+        except BaseException:
             self.discard()
             raise
         os.close(self._input)
         self._input = -1
         return self.proc, self.output
+
+    def mounted(self) -> set[str] | None:
+        """The mount points the waiting sandbox has now (None where it cannot be read): a
+        path unlinked on the host since it was built has lost its mount there."""
+        try:
+            with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children",
+                      encoding="ascii") as handle:
+                child = handle.read().split()[0]
+            with open(f"/proc/{child}/mountinfo", "rb") as handle:
+                lines = handle.read().splitlines()
+        except (OSError, IndexError):
+            return None
+        points = set()
+        for line in lines:
+            fields = line.split(b" ")
+            if len(fields) > 4:
+                points.add(_unescape(fields[4]))
+        return points
 
     def discard(self) -> None:
         """End an unused prepared sandbox."""

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from actors.security.globs import has_glob
+from adapters.sandbox.newrepos import git_folders
 
 #: Held read-only by the sandbox in every repository besides the protection settings, present
 #: or not: git reads configuration and hooks from all of them (``commondir`` points git at
@@ -103,6 +104,11 @@ def protected_targets(root: str, patterns: Iterable[str]) -> list[Target]:
     for repository in repositories_of(root):
         for target in _git_targets(repository, top=repository == root):
             targets[target.path] = target
+    held_git = os.path.join(root, ".git") + os.sep  # held whole where it is one folder
+    for git_dir in git_folders(root):
+        if os.path.basename(git_dir) != ".git" and not git_dir.startswith(held_git):
+            for target in _git_dir_targets(git_dir):  # bare ones, where .git files point
+                targets.setdefault(target.path, target)
     for pattern in patterns:
         rel, is_dir = _literal_part(pattern)
         if not rel:
@@ -157,11 +163,16 @@ def _git_targets(root: str, *, top: bool = True) -> list[Target]:
         return [Target(git, False, True)] if top else []
     if not os.path.isdir(git):
         return [Target(git, True, False)]
+    return _git_dir_targets(git)
+
+
+def _git_dir_targets(git_dir: str) -> list[Target]:
+    """:data:`GIT_PROTECTED` in the git folder ``git_dir`` (a ``.git`` or a bare one)."""
     out = []
     for rel, is_dir in GIT_PROTECTED:
-        path = os.path.join(root, rel)
+        path = os.path.join(git_dir, rel.removeprefix(".git/"))
         if os.path.islink(path):
-            raise UnholdablePath(f"{rel} is a symlink; the sandbox cannot hold it")
+            raise UnholdablePath(f"{path} is a symlink; the sandbox cannot hold it")
         exists = os.path.lexists(path)
         if exists or rel not in GIT_WATCHED:
             out.append(Target(path, exists, is_dir))
@@ -169,13 +180,11 @@ def _git_targets(root: str, *, top: bool = True) -> list[Target]:
 
 
 def watched_paths(root: str) -> list[str]:
-    """The absent :data:`GIT_WATCHED` files of the repositories of workspace ``root``."""
-    return [os.path.join(repository, rel)
-            for repository in repositories_of(root)
-            if os.path.isdir(os.path.join(repository, ".git"))
-            and not os.path.islink(os.path.join(repository, ".git"))
+    """The absent :data:`GIT_WATCHED` files of the git folders of workspace ``root``."""
+    return [path
+            for git_dir in sorted(git_folders(root))
             for rel in sorted(GIT_WATCHED)
-            if not os.path.lexists(os.path.join(repository, rel))]
+            if not os.path.lexists(path := os.path.join(git_dir, rel.removeprefix(".git/")))]
 
 
 def remove_created(paths: list[str]) -> list[str]:

@@ -34,7 +34,7 @@ from adapters.process import Finished, watch_process
 from adapters.sandbox.bwrap import MountPlan, bwrap_argv, bwrap_options, prlimit_argv
 from adapters.sandbox.cgroup import CallCgroup, CgroupPool, find_parent
 from adapters.sandbox.excludes import Excludes
-from adapters.sandbox.newrepos import git_folders, make_harmless
+from adapters.sandbox.newrepos import git_folders, gitlinked, make_harmless
 from adapters.sandbox.placeholders import Placeholders
 from adapters.sandbox.prepared import Prepared, in_background
 from adapters.sandbox.protected import (
@@ -164,8 +164,10 @@ class Sandbox:
         # mounted (its removal would detach this sandbox's mount); the lock decides.
         leaves = [(t.path, t.is_dir) for t in targets if t.path not in granted]
         watched = watched_paths(root) if writable else []
-        with (self.placeholders.holding(leaves) as made, self._removing(watched),
-              self._new_repositories(root, writable)):
+        held = [t.path for t in targets]
+        # New repositories last, once the placeholders are gone (a sealed one is not git's).
+        with (self._new_repositories(root, writable, held),
+              self.placeholders.holding(leaves) as made, self._removing(watched)):
             sealed = self.placeholders.sealed(made)
             yield self._mount_plan(root, targets, granted=granted, network=network,
                                    writable=writable, made=made, sealed=sealed), (
@@ -194,27 +196,50 @@ class Sandbox:
             network=network,
         )
 
-    @staticmethod
     @contextlib.contextmanager
-    def _removing(watched: list[str]) -> Iterator[None]:
-        """Remove, once the block ends, each of ``watched`` the process created."""
-        try:
-            yield
-        finally:
-            for path in remove_created(watched):
-                log.warning("removed %s, made by a sandboxed process: it would point a "
-                            "person's git at configuration the sandbox never held", path)
+    def _removing(self, watched: list[str]) -> Iterator[None]:
+        """Remove, once the block ends, each of ``watched`` the process created (or, if
+        this process dies first, at the next start: they are in the ledger)."""
+        with self.placeholders.watching(watched):
+            try:
+                yield
+            finally:
+                for path in remove_created(watched):
+                    log.warning("removed %s, made by a sandboxed process: it would point "
+                                "a person's git at configuration the sandbox never held",
+                                path)
 
     @staticmethod
     @contextlib.contextmanager
-    def _new_repositories(root: str, writable: bool) -> Iterator[None]:
-        """Make each repository the block's process created harmless once it ends."""
-        before = git_folders(root) if writable else set()
+    def _new_repositories(root: str, writable: bool, held: list[str]) -> Iterator[None]:
+        """Once the block ends, make each repository its process created harmless: a git
+        folder that was not there (one whose configuration the sandbox held is left
+        alone: the call could not write it) or, when an index changed, one a gitlink
+        points at. Never raises: a failure is logged and the others are still done."""
+        if not writable:
+            yield
+            return
+        before = git_folders(root)
+        indexes = {path: _identity(path) for path in _indexes(before)}
         try:
             yield
         finally:
-            for git_dir in sorted(git_folders(root) - before) if writable else []:
-                changes = make_harmless(git_dir)
+            candidates = git_folders(root) - before
+            for index, was in indexes.items():
+                if _identity(index) != was:
+                    candidates.update(gitlinked(os.path.dirname(os.path.dirname(index))))
+            kept = tuple(p.rstrip(os.sep) + os.sep for p in held)
+            for git_dir in sorted(candidates):
+                config = os.path.join(git_dir, "config")
+                if config in held or config.startswith(kept):
+                    continue
+                try:
+                    changes = make_harmless(git_dir)
+                except Exception:
+                    log.exception("could not make the repository %s, made by a sandboxed "
+                                  "call, harmless: check its configuration before running "
+                                  "git there", git_dir)
+                    continue
                 if changes:
                     log.warning("a sandboxed call made the repository %s; made harmless: %s",
                                 git_dir, "; ".join(changes))
@@ -274,10 +299,10 @@ class Sandbox:
             prepared, cgroup = ready or self._prepare(plan)
             try:
                 proc, output = prepared.start(command, env, plan.workspace)
-            except OSError:
+            except BaseException as exc:
                 if cgroup is not None:
                     self._cgroups.give(cgroup)
-                if ready is None:
+                if ready is None or not isinstance(exc, OSError):
                     raise
                 ready = None  # the one built ahead is gone (killed): build one now
                 continue
@@ -308,7 +333,8 @@ class Sandbox:
         ready = self._slot.take()
         if ready is None:
             return None
-        if ready.inputs == inputs and ready.key == _key(plan):
+        if ready.inputs == inputs and ready.key == _key(plan) and _still_mounted(
+                ready.prepared, plan):
             return ready.prepared, ready.cgroup
         self._slot.discard(ready)
         return None
@@ -459,6 +485,32 @@ class _Slot:
         ready = self.take()
         if ready is not None:
             self.discard(ready)
+
+
+def _still_mounted(prepared: Prepared, plan: MountPlan) -> bool:
+    """Whether the sandbox built ahead still has every mount ``plan`` asks for (a path
+    unlinked and linked back on the host keeps its inode but loses its mount)."""
+    points = prepared.mounted()
+    if points is None:
+        return False
+    wanted = [*plan.hide, plan.workspace, *plan.pin, *plan.read_only, *plan.granted,
+              *(destination for _, destination in plan.files),
+              *(path for path in plan.show if os.path.lexists(path))]
+    return all(path in points for path in wanted)
+
+
+def _indexes(git_dirs: Iterable[str]) -> list[str]:
+    """The index files of the worktrees whose git folders are ``git_dirs``."""
+    return [os.path.join(g, "index") for g in git_dirs if os.path.basename(g) == ".git"]
+
+
+def _identity(path: str) -> tuple[int, int, int, int]:
+    """What tells a file rewritten from the one before (0s where there is none)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return (0, 0, 0, 0)
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
 
 
 def _key(plan: MountPlan) -> bytes:

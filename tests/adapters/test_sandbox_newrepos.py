@@ -126,11 +126,12 @@ def test_repositories_finds_git_folders_bare_ones_and_pointers(ws: Path) -> None
     (ws / "d").mkdir()
     (ws / "d" / ".git").write_text("gitdir: ../c.git\n")
     (ws / "e").mkdir()
-    (ws / "e" / "HEAD").write_text("not a ref\n")  # a folder that only looks like one
-    (ws / "e" / "refs").mkdir()
+    os.mkfifo(ws / "e" / "HEAD")  # taken for one (nothing is read: a FIFO would block)
     (ws / "e" / "objects").mkdir()
+    (ws / "f").mkdir()
+    (ws / "f" / "HEAD").write_text("ref: refs/heads/main\n")  # no objects/: not one
     assert git_folders(str(ws)) == {str(ws / ".git"), str(ws / "a" / ".git"),
-                                     str(ws / "b"), str(ws / "c.git")}
+                                     str(ws / "b"), str(ws / "c.git"), str(ws / "e")}
 
 
 def test_make_harmless_replaces_an_unreadable_configuration(ws: Path) -> None:
@@ -139,3 +140,84 @@ def test_make_harmless_replaces_an_unreadable_configuration(ws: Path) -> None:
     make_harmless(str(git_dir))
     assert "fsmonitor" not in (git_dir / "config").read_text()
     assert git("status", cwd=ws).returncode == 0
+
+
+# --- what a red team found (each once a way through) --------------------------------------
+
+
+def test_a_link_left_where_the_engine_writes_is_not_followed(
+        sandbox: Sandbox, ws: Path, tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("mine\n")
+    run(sandbox, ws, f"git init -q sub && git -C sub config core.fsmonitor x && "
+                     f"for n in config.tether-tmp .tether-config-x; do "
+                     f"ln -s {victim} sub/.git/$n; done; ln -s ../../SOUL.md sub/.git/tmp")
+    assert victim.read_text() == "mine\n"
+    assert git("config", "--get", "core.fsmonitor", cwd=ws / "sub").stdout == ""
+
+
+@pytest.mark.parametrize("head", [
+    "ref:refs/heads/master", "ref:\trefs/heads/master", "0" * 39 + "A junk"])
+def test_any_head_git_accepts_makes_a_repository(
+        sandbox: Sandbox, ws: Path, tmp_path: Path, head: str) -> None:
+    pwn = tmp_path / "pwn"
+    run(sandbox, ws, f"git init -q sub && printf '%s\\n' '{head}' > sub/.git/HEAD && "
+                     f"git -C sub config core.fsmonitor 'touch {pwn}'")
+    a_person_runs_git_status(ws / "sub")
+    assert not pwn.exists()
+    assert "fsmonitor" not in (ws / "sub" / ".git" / "config").read_text()
+
+
+def test_a_deep_repository_added_as_a_gitlink_runs_nothing_for_a_person(
+        sandbox: Sandbox, ws: Path, tmp_path: Path) -> None:
+    pwn = tmp_path / "pwn"
+    run(sandbox, ws, f"git init -q lib/inner && cd lib/inner && echo x > f && git add f && "
+                     f"git -c user.name=a -c user.email=a@b commit -qm x && "
+                     f"git config core.fsmonitor 'touch {pwn}' && cd ../.. && "
+                     f"git update-index --add --cacheinfo 160000,$(git -C lib/inner "
+                     f"rev-parse HEAD),lib/inner")
+    a_person_runs_git_status(ws)
+    assert not pwn.exists()
+
+
+def test_a_repository_made_in_one_call_cannot_be_armed_in_the_next(
+        sandbox: Sandbox, ws: Path, tmp_path: Path) -> None:
+    pwn = tmp_path / "pwn"
+    run(sandbox, ws, "git init -q --bare sub")
+    sandbox.run(["bash", "-c", f"git -C sub config core.fsmonitor 'touch {pwn}'; "
+                               f"printf '#!/bin/sh\\ntouch {pwn}\\n' > sub/hooks/pre-commit; "
+                               "chmod +x sub/hooks/pre-commit"],
+                str(ws), grant=Grant(), writable=True, env=GIT_ENV, timeout=20, cap=20_000)
+    a_person_runs_git_status(ws / "sub")
+    assert not pwn.exists() and not (ws / "sub" / "hooks" / "pre-commit").exists()
+
+
+def test_a_workspace_made_bare_cannot_be_armed_in_the_next_call(
+        sandbox: Sandbox, tmp_path: Path) -> None:
+    ws = tmp_path / "plain"
+    ws.mkdir()
+    pwn = tmp_path / "pwn"
+    run(sandbox, ws, "git init -q --bare .")
+    sandbox.run(["bash", "-c", f"git config --file config alias.st '!touch {pwn}'"],
+                str(ws), grant=Grant(), writable=True, env=GIT_ENV, timeout=20, cap=20_000)
+    git("st", cwd=ws)
+    assert not pwn.exists()
+
+
+def test_the_persons_own_repository_is_never_made_harmless(
+        sandbox: Sandbox, ws: Path) -> None:
+    git("config", "alias.lg", "log --oneline", cwd=ws)  # the person's own choices
+    hook = ws / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\nexit 0\n")
+    run(sandbox, ws, "echo garbage > .git/HEAD")
+    run(sandbox, ws, "echo 'ref: refs/heads/master' > .git/HEAD")
+    assert git("config", "alias.lg", cwd=ws).stdout.strip() == "log --oneline"
+    assert hook.exists()
+
+
+def test_a_fifo_for_head_does_not_stall_the_engine(sandbox: Sandbox, ws: Path) -> None:
+    done = sandbox.run(["bash", "-c", "mkdir -p x/.git/refs x/.git/objects && "
+                                      "mkfifo x/.git/HEAD x/.git/config"],
+                       str(ws), grant=Grant(), writable=True, env=GIT_ENV, timeout=10,
+                       cap=20_000)
+    assert done.code == 0  # and it came back: nothing opened the FIFOs
