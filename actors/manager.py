@@ -281,7 +281,7 @@ class SessionManagerActor(TetherActor):
             budget_usd=self.limits.budget_usd,
             fork=ForkOf(source_id=source_id, at_version=source.version,
                         history=history, fired_rules=fired)))
-        self.reply(envelope, Accepted(session_id=sid))
+        self.reply(envelope, Accepted(session_id=sid, name=name))
 
     def _node_path(self, session_id: str, wanted: str) -> list[Turn] | str:
         """The history of a session standing at node ``wanted`` of ``session_id``'s tree,

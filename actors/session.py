@@ -491,7 +491,7 @@ class SessionActor(TetherActor):
     def _on_user_message(self, message: UserMessage, envelope: Envelope | None) -> None:
         """Store the message first (as the next turn's start, or queued behind the running
         turn), answer Accepted, then act on it. Commands are handled at once instead."""
-        accepted = Accepted(session_id=self.session_id)
+        accepted = Accepted(session_id=self.session_id, name=self.session.name)
         command = parse_command(message.text)
         if command is not None:
             self._run_command(command, message)
@@ -943,7 +943,7 @@ class SessionActor(TetherActor):
             self._set_status("running", "resumed" if resumed else "generate")
         self.app.save(self.session)
         self.last_input = self.clock.now()
-        self.reply(envelope, Accepted(session_id=self.session_id))
+        self.reply(envelope, Accepted(session_id=self.session_id, name=self.session.name))
         self.gen = message
         self._begin_turn()
 

@@ -111,6 +111,23 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
     return 0 if settings.sandbox == "off" or "UNAVAILABLE" not in text else 1
 
 
+def cmd_token(args: argparse.Namespace) -> int:
+    from adapters.http_token import TokenError, load_token, rotate_token, token_path
+
+    settings = _settings(args)
+    try:
+        token = rotate_token(settings.state_dir) if args.rotate else load_token(
+            settings.state_dir)
+    except (TokenError, OSError) as exc:
+        print(f"tether: {exc}", file=sys.stderr)
+        return 1
+    print(token)
+    if args.rotate:
+        print(f"tether: a new token is in {token_path(settings.state_dir)}; a running "
+              "`tether serve` takes it at its next start", file=sys.stderr)
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from adapters.host import Host
 
@@ -131,7 +148,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"tether: {render_report(host.sandbox_report).splitlines()[0]}", flush=True)
         if settings.http_port:
             print(f"tether: HTTP connector on {host.http.url} (POST /messages, "
-                  "GET /sessions/ID/events, GET /metrics)", flush=True)
+                  "GET /sessions/ID/events, GET /metrics; `tether token` shows the bearer "
+                  "token)", flush=True)
         _wait_for_signal()
     finally:
         host.stop()
@@ -724,6 +742,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--http", type=int, metavar="PORT",
                        help="also serve the HTTP connector on this port (the http_port "
                             "setting; 0: none)")
+    token = add("token", "print the HTTP connector's bearer token (made on first use, "
+                "owner-only, in the state directory)", cmd_token)
+    token.add_argument("--rotate", action="store_true",
+                       help="replace it with a new one (the old one stops working when "
+                            "`tether serve` starts again)")
     chat = add("chat", "chat in the terminal: type a message, watch the reply stream in",
                cmd_chat)
     chat.add_argument("--session", metavar="ID", help="continue this session")

@@ -205,6 +205,15 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Port of the HTTP connector in ``tether serve`` (0: no HTTP connector)."""
     http_host: str = "127.0.0.1"
     """Address the HTTP connector listens on."""
+    http_user: str = ""
+    """Who the HTTP token's messages come from (empty: the user running ``tether serve``)."""
+    http_allowed_hosts: list[str] = []
+    """More names the HTTP connector answers to (``Host``), besides the loopback ones."""
+    http_cors_origins: list[str] = []
+    """Web origins (``https://app.example``) allowed to call the HTTP connector from a
+    browser; none by default."""
+    http_metrics_open: bool = False
+    """Serve ``/metrics`` without the token (for a scraper that has none)."""
     telegram_token: str = ""
     """The Telegram bot's token (``tether telegram``); a secret, masked everywhere."""
     telegram_base_url: str = ""

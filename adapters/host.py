@@ -9,6 +9,7 @@ demand by the manager. Stop runs the same list backwards, and always runs in ful
 from __future__ import annotations
 
 import contextlib
+import getpass
 import logging
 import os
 import re
@@ -34,6 +35,7 @@ from actors.ttsr import TtsrMonitorActor, rule_folders
 from actors.ttsr_rules import Rule, load_rules
 from adapters.config import Settings
 from adapters.http_api import HttpApi
+from adapters.http_token import load_token
 from adapters.nats_bus import NatsBus
 from adapters.nats_server import EmbeddedNats
 from adapters.relay import EventRelay
@@ -373,10 +375,14 @@ class Host:
         )
         self._stack.append(self._kill_all)
         if self.serve_http and settings.http_port:
-            self.http = HttpApi(self.bus, self.subjects, host=settings.http_host,
-                                port=settings.http_port,
-                                metrics=lambda: prometheus_text(self.metrics.snapshot())
-                                ).start()
+            self.http = HttpApi(
+                self.bus, self.subjects, token=load_token(settings.state_dir),
+                user=settings.http_user or getpass.getuser(), host=settings.http_host,
+                port=settings.http_port,
+                metrics=lambda: prometheus_text(self.metrics.snapshot()),
+                metrics_open=settings.http_metrics_open,
+                allowed_hosts=settings.http_allowed_hosts,
+                cors_origins=settings.http_cors_origins).start()
             self._stack.append(self.http.stop)
         self._ticker = _Ticker([self.coordinator, self.manager])
         self._stack.append(self._ticker.stop)

@@ -1,7 +1,9 @@
 """Strict JSON encoding and decoding of bus messages.
 
 Decoding never raises anything but :class:`DecodeFailure`, whose ``reason`` is a sentence
-fit for a dead letter or an error reply.
+fit for a dead letter or an error reply: not for a payload over the size limit (refused
+unread), invalid UTF-8 inside a string, nor JSON nested deeper than the interpreter's
+recursion limit.
 """
 
 from __future__ import annotations
@@ -48,3 +50,9 @@ class Decoder(Generic[T]):
             raise DecodeFailure(f"invalid message: {exc}") from None
         except msgspec.DecodeError as exc:
             raise DecodeFailure(f"not valid JSON: {exc}") from None
+        except UnicodeDecodeError as exc:  # a JSON string holding bytes that are not UTF-8
+            raise DecodeFailure(f"not valid UTF-8 at byte {exc.start}") from None
+        except RecursionError:
+            raise DecodeFailure("JSON nested too deeply") from None
+        except Exception as exc:  # whatever else a payload can do: never past the decoder
+            raise DecodeFailure(f"undecodable payload ({type(exc).__name__})") from None

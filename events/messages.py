@@ -96,9 +96,10 @@ class UserMessage(Message):
 
 
 class Accepted(Message):
-    """Reply to a UserMessage sent as a request: the session that took it."""
+    """Reply to a UserMessage sent as a request: the session that took it, and its name."""
 
     session_id: str
+    name: str = ""
 
 
 class ErrorReply(Message):

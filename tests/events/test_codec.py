@@ -156,3 +156,17 @@ def test_foreign_json_decodes_without_importing_tether_types() -> None:
 def test_content_blocks_use_messages_api_tags() -> None:
     blocks = [m.TextBlock("a"), m.ToolUseBlock("id", "n", {"k": 1}), m.ToolResultBlock("id", "o")]
     assert [json.loads(encode(b))["type"] for b in blocks] == ["text", "tool_use", "tool_result"]
+
+
+@pytest.mark.parametrize("payload", [
+    b'{"type": "user_message", "text": "\xff\xfe", "channel": "x"}',  # not UTF-8 in a string
+    b'{"type": "user_message", "text": "a", "channel": "x", "k": '
+    + b"[" * 100_000 + b"]" * 100_000 + b"}",  # nested past any recursion limit
+    b'{"type": "user_message", "text": "a", "channel": "x", "k": '
+    + b'{"a":' * 50_000 + b"1" + b"}" * 50_000 + b"}",
+])
+def test_payloads_that_broke_the_decoder_are_refused_with_a_reason(payload: bytes) -> None:
+    decoder: Decoder[m.UserMessage] = Decoder(m.UserMessage)
+    with pytest.raises(DecodeFailure) as refused:
+        decoder.decode(payload)
+    assert refused.value.reason

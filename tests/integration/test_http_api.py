@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import queue
 import socket
@@ -22,27 +23,53 @@ from adapters.http_api import HttpApi
 from projections.prometheus import prometheus_text
 from tests.helpers import wait_until
 
+TOKEN = "t0ken-for-tests"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
 
 @pytest.fixture
 def api(fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host],
         ) -> Iterator[tuple[HttpApi, Host]]:
     host = make_host(fake_llm("responses: []\n"),
                      middleware=MiddlewareSettings(allow={"locked": ["ana"]}))
-    server = HttpApi(host.bus, host.subjects, heartbeat=0.5,
+    server = HttpApi(host.bus, host.subjects, token=TOKEN, user="ana", heartbeat=0.5,
+                     body_seconds=0.5,
                      metrics=lambda: prometheus_text(host.metrics.snapshot())).start()
     yield server, host
     server.stop()
 
 
-def post(url: str, body: Any) -> tuple[int, dict[str, Any]]:
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request = urllib.request.Request(f"{url}/messages", data=data, method="POST",
-                                     headers={"Content-Type": "application/json"})
+def call(url: str, path: str, body: bytes | None = None, *, method: str = "",
+         headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any], Any]:
+    """(status, JSON body, headers) of one request; the token is sent unless headers say."""
+    request = urllib.request.Request(f"{url}{path}", data=body, method=method or None,
+                                     headers=AUTH if headers is None else headers)
     try:
         with urllib.request.urlopen(request, timeout=20) as response:
-            return response.status, json.loads(response.read())
+            return response.status, json.loads(response.read() or b"{}"), response.headers
     except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
+        return err.code, json.loads(err.read() or b"{}"), err.headers
+
+
+def raw(server: HttpApi, request: str) -> tuple[int, dict[str, Any]]:
+    """Send ``request`` (``{port}`` filled in) as written; the status and JSON answer."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        conn.sendall(request.replace("{port}", str(server.port)).encode())
+        data = b""
+        while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def post(url: str, body: Any, **headers: str) -> tuple[int, dict[str, Any]]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    status, answer, _ = call(url, "/messages", data, method="POST",
+                             headers={"Content-Type": "application/json", **AUTH, **headers})
+    return status, answer
 
 
 class EventStream:
@@ -50,7 +77,8 @@ class EventStream:
 
     def __init__(self, url: str) -> None:
         self.events: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
-        self.response = urllib.request.urlopen(url, timeout=20)
+        self.response = urllib.request.urlopen(urllib.request.Request(url, headers=AUTH),
+                                               timeout=20)
         self.channel = self.response.headers["X-Tether-Channel"]
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -66,8 +94,8 @@ class EventStream:
                 elif not line and kind:
                     self.events.put((kind, json.loads(data)))
                     kind, data = "", ""
-        except (OSError, ValueError):
-            pass
+        except (OSError, ValueError, AttributeError, http.client.HTTPException):
+            pass  # closed
 
     def until(self, kind: str) -> list[tuple[str, dict[str, Any]]]:
         seen = []
@@ -88,6 +116,7 @@ def test_post_then_follow_with_catch_up_and_live_events(
     status, answer = post(server.url, {"text": "first question"})
     assert status == 202
     sid = answer["session_id"]
+    assert answer["name"] == "first-question"
     wait_until(lambda: any(type(e).__name__ == "TurnCompleted"
                            for e in host.app.session_events(sid)), "the first turn")
     wait_until(lambda: not host.outbox.pending(), "its notices")
@@ -111,22 +140,24 @@ def test_refusals_have_fitting_statuses(api: tuple[HttpApi, Host]) -> None:
     assert post(server.url, {"channel": "http"})[0] == 400  # no text
     status, body = post(server.url, {"text": "hi", "session_id": "nope"})
     assert (status, body["error"]) == (404, "unknown_session")
+    # The sender is the token's user (ana, allowed on "locked"), whatever the body says.
     status, body = post(server.url, {"text": "hi", "channel": "locked", "user": "bo"})
-    assert (status, body["error"]) == (403, "not_allowed")
-    with pytest.raises(urllib.error.HTTPError) as missing:
-        urllib.request.urlopen(f"{server.url}/sessions/nope/events", timeout=10)
-    assert missing.value.code == 404
+    assert status == 202, body
+    status, body, _ = call(server.url, "/sessions/nope/events")
+    assert (status, body["error"]) == (404, "unknown_session")
 
 
 def test_metrics_and_sessions_are_served(api: tuple[HttpApi, Host]) -> None:
     server, host = api
     _, answer = post(server.url, {"text": "count me"})
     wait_until(lambda: host.metrics.snapshot().sessions_launched == 1, "the metrics view")
-    with urllib.request.urlopen(f"{server.url}/metrics", timeout=10) as response:
+    with urllib.request.urlopen(urllib.request.Request(f"{server.url}/metrics", headers=AUTH),
+                                timeout=10) as response:
         assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
         text = response.read().decode()
     assert "tether_sessions_launched_total 1" in text
-    with urllib.request.urlopen(f"{server.url}/sessions", timeout=10) as response:
+    with urllib.request.urlopen(urllib.request.Request(f"{server.url}/sessions", headers=AUTH),
+                                timeout=10) as response:
         listed = json.loads(response.read())["sessions"]
     assert [s["session_id"] for s in listed] == [answer["session_id"]]
 
@@ -153,3 +184,77 @@ def test_only_a_serving_host_starts_the_http_connector(
             serving.stop()
     finally:
         chat.stop()
+
+
+# --- the way in, tried as an attacker on the same machine would ------------------------------
+
+
+def test_a_web_page_elsewhere_cannot_drive_the_agent(api: tuple[HttpApi, Host]) -> None:
+    server, host = api
+    stored = host.app.max_notification_id()
+    forged = [
+        {"Content-Type": "text/plain", "Origin": "http://evil.example"},  # a form post
+        {"Content-Type": "application/json", "Origin": "http://evil.example"},
+        {"Content-Type": "application/json", "Host": "evil.example"},  # DNS rebinding
+        {"Content-Type": "application/json", "Host": f"evil.example:{server.port}"},
+    ]
+    answers = [call(server.url, "/messages", b'{"text": "overwrite SOUL.md"}',
+                    method="POST", headers={**AUTH, **h})[:2] for h in forged]
+    assert [(s, b["error"]) for s, b in answers] == [
+        (403, "forbidden_origin"), (403, "forbidden_origin"), (403, "forbidden_host"),
+        (403, "forbidden_host")]
+    status, _, _ = call(server.url, "/sessions", headers={**AUTH, "Host": "evil.example"})
+    assert status == 403
+    assert host.app.max_notification_id() == stored  # nothing was stored, nothing ran
+
+
+def test_without_the_token_only_health_answers(api: tuple[HttpApi, Host]) -> None:
+    server, host = api
+    stored = host.app.max_notification_id()
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+        for path in ("/sessions", "/metrics", "/sessions/x/events"):
+            status, body, answered = call(server.url, path, headers=headers)
+            assert (status, body["error"]) == (401, "unauthorized"), (path, headers)
+            assert answered["WWW-Authenticate"].startswith("Bearer")
+        status, _ = post(server.url, {"text": "hi"}, Authorization="Bearer wrong")
+        assert status == 401
+    assert call(server.url, "/health", headers={})[:2] == (200, {"ok": True})
+    assert host.app.max_notification_id() == stored
+
+
+def test_bodies_that_are_not_small_json_are_refused_in_json(
+        api: tuple[HttpApi, Host]) -> None:
+    server, host = api
+    stored = host.app.max_notification_id()
+    # Refused on its Content-Length, before a byte of it is read.
+    status, body = raw(server, "POST /messages HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                               f"Authorization: Bearer {TOKEN}\r\n"
+                               "Content-Type: application/json\r\n"
+                               f"Content-Length: {2 << 20}\r\n\r\n")
+    assert (status, body["error"]) == (413, "too_large")
+    # A body that never comes is given up on, not waited for.
+    status, body = raw(server, "POST /messages HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                               f"Authorization: Bearer {TOKEN}\r\n"
+                               "Content-Type: application/json\r\nContent-Length: 100\r\n"
+                               "\r\n{\"text\"")
+    assert (status, body["error"]) == (408, "body_timeout")
+    status, body, _ = call(server.url, "/messages", b'{"text": "hi"}', method="POST",
+                           headers={**AUTH, "Content-Type": "text/plain"})
+    assert (status, body["error"]) == (415, "unsupported_media_type")
+    deep = b'{"text": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    status, body = post(server.url, deep)
+    assert status == 400 and body["error"] == "invalid"
+    assert post(server.url, b'{"text": "\xff\xfe"}')[0] == 400  # not UTF-8
+    assert host.app.max_notification_id() == stored
+
+
+def test_every_status_is_json(api: tuple[HttpApi, Host]) -> None:
+    server, _ = api
+    for method, path, status, code in (
+            ("GET", "/", 404, "not_found"), ("DELETE", "/messages", 405,
+                                              "method_not_allowed"),
+            ("OPTIONS", "/messages", 405, "method_not_allowed"),
+            ("GET", "/messages", 405, "method_not_allowed")):
+        got, body, headers = call(server.url, path, method=method)
+        assert (got, body["error"]) == (status, code), (method, path)
+        assert headers["Content-Type"] == "application/json"

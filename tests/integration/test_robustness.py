@@ -49,6 +49,12 @@ def test_a_channel_that_cannot_be_a_subject_is_refused_at_the_door(
         reply = Decoder(ErrorReply).decode(host.bus.request_sync(host.subjects.inbox, payload, 5))
         assert reply.error == "bad_request" and "channel" in reply.reason
         assert "channel" in letters.get(timeout=5).reason
+    for broken in (b'{"type": "user_message", "text": "\xff", "channel": "ok"}',
+                   b'{"type": "user_message", "text": "a", "channel": "ok", "k": '
+                   + b"[" * 20_000 + b"]" * 20_000 + b"}"):
+        reply = Decoder(ErrorReply).decode(host.bus.request_sync(host.subjects.inbox, broken, 5))
+        assert reply.error == "bad_request" and reply.reason
+        assert letters.get(timeout=5).reason
     empty = json.dumps({"type": "user_message", "text": "", "channel": "ok"}).encode()
     assert "text" in Decoder(ErrorReply).decode(
         host.bus.request_sync(host.subjects.inbox, empty, 5)).reason
