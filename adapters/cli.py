@@ -32,12 +32,13 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
     from actors.ports import BusError
     from actors.runtime import AskTimeout, RemoteError
     from actors.security import PolicyError
+    from adapters.engine_lock import EngineRunning
     from adapters.nats_server import NatsServerError
     from events.codec import DecodeFailure
 
     return (
         BusError, AskTimeout, RemoteError, NatsServerError, DecodeFailure, PersistenceError,
-        PolicyError,
+        PolicyError, EngineRunning,
         TimeoutError, OSError,
     )
 
@@ -158,11 +159,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    from adapters.engine_lock import running_engine
     from adapters.terminal import TerminalConnector
 
     settings = _settings(args)
     host: Any = None
-    if args.remote:
+    running = None if args.remote else running_engine(settings.state_dir, settings.namespace)
+    if running is not None:
+        print(f"tether chat: an engine is running here (pid {running.get('pid', '?')}): "
+              "talking to it", flush=True)
+    if args.remote or running is not None:
         bus, subjects = _remote(settings)
         close: Callable[[], None] = bus.close
     else:

@@ -34,6 +34,7 @@ from actors.session import NewSession, SessionActor, SessionConfig
 from actors.ttsr import TtsrMonitorActor, rule_folders
 from actors.ttsr_rules import Rule, load_rules
 from adapters.config import Settings
+from adapters.engine_lock import EngineLock
 from adapters.http_api import HttpApi
 from adapters.http_token import load_token
 from adapters.nats_bus import NatsBus
@@ -242,6 +243,9 @@ class Host:
 
     def _start(self) -> None:
         settings = self.settings
+        if self.start_actors:  # an engine: one per namespace and state directory
+            lock = EngineLock(settings.state_dir, settings.namespace).acquire()
+            self._stack.append(lock.release)
         # A malformed policy stops the start here, naming the file and line: it never
         # falls back to allowing everything.
         policy = load_policy(settings.policy_file) if settings.policy_file else default_policy()

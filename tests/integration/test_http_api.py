@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import queue
 import socket
 import threading
@@ -17,6 +18,7 @@ import pytest
 from actors.middleware import MiddlewareSettings
 from adapters.anthropic_provider import AnthropicProvider
 from adapters.config import Settings
+from adapters.engine_lock import EngineRunning
 from adapters.fake_llm import FakeLLM
 from adapters.host import Host
 from adapters.http_api import HttpApi
@@ -174,17 +176,19 @@ def test_only_a_serving_host_starts_the_http_connector(
     chat = Host(settings, provider=provider).start()  # tether chat, tether demo
     try:
         assert not hasattr(chat, "http")
-        serving = Host(settings, provider=provider, serve_http=True).start()
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health",
-                                        timeout=10) as response:
-                assert json.loads(response.read()) == {"ok": True}
-            assert serving.http.url == f"http://127.0.0.1:{port}"
-        finally:
-            serving.stop()
+        with pytest.raises(EngineRunning) as refused:  # one engine per namespace
+            Host(settings, provider=provider, serve_http=True).start()
+        assert f"pid {os.getpid()}" in str(refused.value)
     finally:
         chat.stop()
-
+    serving = Host(settings, provider=provider, serve_http=True).start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health",
+                                    timeout=10) as response:
+            assert json.loads(response.read()) == {"ok": True}
+        assert serving.http.url == f"http://127.0.0.1:{port}"
+    finally:
+        serving.stop()
 
 # --- the way in, tried as an attacker on the same machine would ------------------------------
 
