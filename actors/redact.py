@@ -107,6 +107,7 @@ class _Rule:
     could: str
     cont: str | None = None
     cont_could: str | None = None
+    lead: str = ""  # what every match starts with, more precisely than ``first`` (a regex)
 
 
 def _token(
@@ -114,6 +115,7 @@ def _token(
 ) -> _Rule:
     """A literal-ish head then a run of ``cls`` (at least ``lo``), optionally ``end``."""
     head_re = "".join(_full(p) for p in head)
+    lead = re.escape(head[0][1]) if head[0][0] == "lit" and not head[0][2] else ""
     return _Rule(
         name,
         head[0][1][0],
@@ -121,13 +123,16 @@ def _token(
         start + _prefix_seq([*head, _cls(cls, 0, _RUN)]),
         f"(?:{cls}{{{_RUN}}}(?P<{name}_cap>)|{cls}{{0,{_RUN - 1}}})",
         f"{cls}{{0,{_RUN}}}",
+        lead,
     )
 
 
 _KEY = "[A-Za-z0-9_\\-]"
 _ALNUM = "[A-Za-z0-9]"
-_PK_BEGIN = [_lit("-----BEGIN "), _cls("[A-Z ]", 0, 40), _lit("PRIVATE KEY-----")]
-_PK_END = "-----END [A-Z ]{0,40}PRIVATE KEY-----"
+# PEM blocks (RSA, EC, OPENSSH, ENCRYPTED...) and PGP's "PRIVATE KEY BLOCK".
+_PK_BEGIN = [_lit("-----BEGIN "), _cls("[A-Z ]", 0, 40), _lit("PRIVATE KEY"),
+             _cls("[A-Z ]", 0, 8), _lit("-----")]
+_PK_END = "-----END [A-Z ]{0,40}PRIVATE KEY[A-Z ]{0,8}-----"
 _PK_BODY = (
     f"(?:(?s:.){{0,{_RUN}}}?{_PK_END}|(?s:.){{0,{_RUN}}}\\Z|(?s:.){{{_RUN}}}(?P<private_key_cap>))"
 )
@@ -150,6 +155,11 @@ _PW_HEAD = [
     _cls("['\"]", 0, 1),
 ]
 _PW_VALUE = "[^\\s'\"]"
+_B64URL = "[A-Za-z0-9_\\-]"
+_JWT = [_lit("eyJ"), _cls(_B64URL, 10, 1000), _lit(".eyJ"), _cls(_B64URL, 10, 1000), _lit("."),
+        _cls(_B64URL, 10, 2000)]
+"""A JSON web token: header, claims and signature, base64url (both JSON parts open with
+``eyJ``, the encoding of ``{"``)."""
 _URL_HEAD = [_lit("://"), _cls("[^\\s:/@]", 0, 256), _lit(":")]
 _BEARER_CLS = "[A-Za-z0-9._~+/\\-]"
 
@@ -179,6 +189,18 @@ RULES: tuple[_Rule, ...] = (
         10,
         "\\b",
     ),
+    # Shapes from gitleaks' published rules (stripe, gcp-api-key, gitlab-pat, npm-access-
+    # token, slack-app-token, jwt).
+    _token("stripe", "\\b",
+           [_lit("sk_"), _alt([_lit("live")], [_lit("test")]), _lit("_")], _ALNUM, 10, "\\b"),
+    _token("stripe_restricted", "\\b",
+           [_lit("rk_"), _alt([_lit("live")], [_lit("test")]), _lit("_")], _ALNUM, 10, "\\b"),
+    _token("google_api", "\\b", [_lit("AIza")], _KEY, 35),
+    _token("gitlab", "\\b", [_lit("gl"), _cls("[a-z]", 2, 4), _lit("-")], _KEY, 20),
+    _token("npm", "\\b", [_lit("npm_")], _ALNUM, 36, "\\b"),
+    _token("slack_app", "\\b", [_lit("xapp-")], "[A-Za-z0-9\\-]", 10, "\\b"),
+    _Rule("jwt", "e", "\\b" + "".join(_full(p) for p in _JWT), "\\b" + _prefix_seq(_JWT),
+          lead="eyJ"),
     _Rule(
         "private_key",
         "-",
@@ -239,12 +261,21 @@ class Redactor:
         values = sorted({s for s in secrets if len(s) >= MIN_SECRET}, key=len, reverse=True)
         self._values: tuple[str, ...] = tuple(values)
         known = [f"(?P<known>{'|'.join(re.escape(v) for v in values)})"] if values else []
-        # Every match starts with one of these: checking it first skips most positions fast.
-        starts = {*"".join(r.first for r in RULES), *(v[0] for v in values)}
-        first = "[" + re.escape("".join(sorted(starts))) + "]"
+        # Every match starts with one of these characters: checking them first skips most
+        # positions fast; then a rule's literal lead, where it has one, so a common letter
+        # (the e of a JSON web token's eyJ) does not send every position to every rule.
+        every = {*"".join(r.first for r in RULES), *(v[0] for v in values)}
+        could_first = "[" + re.escape("".join(sorted(every))) + "]"
+        starts = {*"".join(r.first for r in RULES if not r.lead), *(v[0] for v in values)}
+        precise = "[" + re.escape("".join(sorted(starts))) + "]" + "".join(
+            f"|{r.lead}" for r in RULES if r.lead)
         alternatives = known + [f"(?P<{r.name}>{r.pattern})" for r in RULES]
-        self._full = re.compile(f"(?={first})(?:{'|'.join(alternatives)})")
-        self._could = re.compile(f"(?={first})(?:{'|'.join(r.could for r in RULES)})\\Z")
+        self._full = re.compile(
+            f"(?={could_first})(?=(?:{precise}))(?:{'|'.join(alternatives)})")
+        # What could still become a match needs every first character (a lead is not
+        # whole at the buffer's end).
+        self._could = re.compile(
+            f"(?={could_first})(?:{'|'.join(r.could for r in RULES)})\\Z")
         self._read = max([_READ, *map(len, values)]) + 2
 
     def stream(self) -> StreamRedactor:

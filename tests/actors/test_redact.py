@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from actors.redact import MASK, Redactor
 
 
@@ -33,3 +35,34 @@ def test_nested_values_are_masked() -> None:
     r = Redactor(["s3cr3t-value"])
     data = {"path": "a.txt", "content": ["x s3cr3t-value y", 3], "n": None}
     assert r.value(data) == {"path": "a.txt", "content": [f"x {MASK} y", 3], "n": None}
+
+
+GITLEAKS_SHAPES = {
+    "pgp private key block": "-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBGX0aBcBCADk\n"
+                             "=Ab1c\n-----END PGP PRIVATE KEY BLOCK-----",
+    "stripe": "sk_live_" + "51HabcDEF1234567890xyz",
+    "stripe restricted": "rk_test_" + "abcdefghijklmnop1234",
+    "google api key": "AIza" + "SyA1234567890abcdefghijklmnopqrstuv",
+    "gitlab": "glpat-" + "abcdefghij1234567890",
+    "npm": "npm_" + "abcdefghijklmnopqrstuvwxyz0123456789",
+    "slack app": "xapp-" + "1-A0123-456-abcdef",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+           "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+}
+
+
+@pytest.mark.parametrize("name", sorted(GITLEAKS_SHAPES))
+def test_more_secret_shapes_are_masked_whole_and_alike_in_a_stream(name: str) -> None:
+    secret = GITLEAKS_SHAPES[name]
+    text = f"before {secret} after"
+    r = Redactor()
+    assert r.text(text) == f"before {MASK} after"
+    for size in (1, 3, 7):  # arriving in deltas of any size: the same, nothing early
+        stream = r.stream()
+        pieces = [text[i:i + size] for i in range(0, len(text), size)]
+        assert "".join(stream.feed(p) for p in pieces) + stream.flush() == r.text(text)
+
+
+def test_look_alikes_of_the_new_shapes_are_left_alone() -> None:
+    text = "skill_test_ok, AIza short, eyJust text, npm_run, glass-house"
+    assert Redactor().text(text) == text
