@@ -155,3 +155,15 @@ def need_sandbox() -> SandboxReport:
     if os.environ.get("CI"):
         pytest.fail(f"bubblewrap is required in CI (.ci/run installs it): {report.reason}")
     pytest.skip(f"no sandbox here: {report.reason}")
+
+
+def need_sealing(sealed: bool, what: str) -> None:
+    """Go on only where placeholders were sealed (immutable: root, on a file system with
+    the flag), which ``what`` needs. Elsewhere the test is skipped with the reason, or
+    failed under CI, which runs as root on such a file system."""
+    if sealed:
+        return
+    reason = f"{what}: placeholders cannot be sealed here (not root, or no immutable flag)"
+    if os.environ.get("CI"):
+        pytest.fail(f"CI runs as root on ext4, where they must be: {reason}")
+    pytest.skip(reason)

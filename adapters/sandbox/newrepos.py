@@ -133,25 +133,25 @@ def make_harmless(git_dir: str) -> list[str]:
         dropped = _keep_only_safe_keys(config)
         changes += [f"{config}: dropped {key}" for key in dropped]
     elif mode and not stat.S_ISDIR(mode):  # a link, a FIFO...: git would read through it
-        _remove(config)
+        remove_path(config)
         changes.append(f"{config} (not a plain file)")
     hooks = os.path.join(git_dir, "hooks")
     if os.path.islink(hooks) or (os.path.lexists(hooks) and not os.path.isdir(hooks)):
-        _remove(hooks)
+        remove_path(hooks)
         changes.append(hooks)
     elif os.path.isdir(hooks):
         for entry in os.scandir(hooks):
             if not (entry.name.endswith(".sample") and entry.is_file(follow_symlinks=False)):
-                _remove(entry.path)
+                remove_path(entry.path)
                 changes.append(entry.path)
     for name in ("config.worktree", "commondir", "worktrees"):
         path = os.path.join(git_dir, name)
         if os.path.lexists(path):
-            _remove(path)
+            remove_path(path)
             changes.append(path)
     modules = os.path.join(git_dir, "modules")
     if os.path.islink(modules):
-        _remove(modules)
+        remove_path(modules)
         changes.append(modules)
     elif os.path.isdir(modules):
         for folder, names, _ in os.walk(modules):
@@ -232,7 +232,9 @@ def _quote(text: str) -> str:
             .replace("\t", "\\t"))
 
 
-def _remove(path: str) -> None:
+def remove_path(path: str) -> None:
+    """Remove ``path``: a folder with all it holds (links in it not followed), else the
+    file or link itself."""
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
     else:

@@ -40,39 +40,36 @@ _WATCHED = -1
 _GETFLAGS, _SETFLAGS, _IMMUTABLE = 0x80086601, 0x40086602, 0x10
 
 
-def _immutable(path: str) -> bool:
-    """Whether the folder ``path`` carries the immutable flag."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        flags = array.array("i", [0])
-        fcntl.ioctl(fd, _GETFLAGS, flags, True)
-        return bool(flags[0] & _IMMUTABLE)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
-def _set_immutable(path: str, is_dir: bool, on: bool) -> bool:
-    """Set or clear ``path``'s immutable flag; whether it is done (not a link)."""
+def _flags(path: str, is_dir: bool, immutable: bool | None = None) -> int | None:
+    """``path``'s inode flags (None where they cannot be read: a link, no such file, a
+    file system without them); with ``immutable`` given, its immutable flag is set or
+    cleared first (None where that fails)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
                      | (os.O_DIRECTORY if is_dir else 0))
     except OSError:
-        return False
+        return None
     try:
         flags = array.array("i", [0])
         fcntl.ioctl(fd, _GETFLAGS, flags, True)
-        flags[0] = flags[0] | _IMMUTABLE if on else flags[0] & ~_IMMUTABLE
-        fcntl.ioctl(fd, _SETFLAGS, flags, True)
-        return True
+        if immutable is not None:
+            flags[0] = flags[0] | _IMMUTABLE if immutable else flags[0] & ~_IMMUTABLE
+            fcntl.ioctl(fd, _SETFLAGS, flags, True)
+        return flags[0]
     except OSError:
-        return False
+        return None
     finally:
         os.close(fd)
+
+
+def _immutable(path: str) -> bool:
+    """Whether the folder ``path`` carries the immutable flag."""
+    return bool((_flags(path, True) or 0) & _IMMUTABLE)
+
+
+def _set_immutable(path: str, is_dir: bool, on: bool) -> bool:
+    """Set or clear ``path``'s immutable flag; whether it is done (not a link)."""
+    return _flags(path, is_dir, on) is not None
 
 
 class Placeholders:

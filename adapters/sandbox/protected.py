@@ -15,13 +15,12 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
-import shutil
 import stat
 from collections.abc import Iterable
 from typing import NamedTuple
 
 from actors.security.globs import has_glob
-from adapters.sandbox.newrepos import git_folders
+from adapters.sandbox.newrepos import git_folders, remove_path
 
 #: Held read-only by the sandbox in every repository besides the protection settings, present
 #: or not: git reads configuration and hooks from all of them (``commondir`` points git at
@@ -96,7 +95,8 @@ def _variants(root: str, rel: str) -> list[str]:
     return current
 
 
-def protected_targets(root: str, patterns: Iterable[str]) -> list[Target]:
+def protected_targets(root: str, patterns: Iterable[str],
+                      git_dirs: Iterable[str] | None = None) -> list[Target]:
     """Every protected path of workspace ``root`` (real, absolute) for ``patterns``,
     existing ones first, each once; see the module's contract."""
     targets: dict[str, Target] = {}
@@ -105,7 +105,7 @@ def protected_targets(root: str, patterns: Iterable[str]) -> list[Target]:
         for target in _git_targets(repository, top=repository == root):
             targets[target.path] = target
     held_git = os.path.join(root, ".git") + os.sep  # held whole where it is one folder
-    for git_dir in git_folders(root):
+    for git_dir in git_folders(root) if git_dirs is None else git_dirs:
         if os.path.basename(git_dir) != ".git" and not git_dir.startswith(held_git):
             for target in _git_dir_targets(git_dir):  # bare ones, where .git files point
                 targets.setdefault(target.path, target)
@@ -179,10 +179,11 @@ def _git_dir_targets(git_dir: str) -> list[Target]:
     return out
 
 
-def watched_paths(root: str) -> list[str]:
-    """The absent :data:`GIT_WATCHED` files of the git folders of workspace ``root``."""
+def watched_paths(root: str, git_dirs: Iterable[str] | None = None) -> list[str]:
+    """The absent :data:`GIT_WATCHED` files of the git folders of workspace ``root``
+    (``git_dirs``, where the caller has found them already)."""
     return [path
-            for git_dir in sorted(git_folders(root))
+            for git_dir in sorted(git_folders(root) if git_dirs is None else git_dirs)
             for rel in sorted(GIT_WATCHED)
             if not os.path.lexists(path := os.path.join(git_dir, rel.removeprefix(".git/")))]
 
@@ -193,11 +194,7 @@ def remove_created(paths: list[str]) -> list[str]:
     for path in paths:
         if not os.path.lexists(path):
             continue
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+        remove_path(path)
         if not os.path.lexists(path):
             removed.append(path)
     return removed

@@ -158,15 +158,16 @@ class Sandbox:
         a protected path cannot be held."""
         root = os.path.realpath(workspace)
         granted = {os.path.realpath(p) for p in writes}
-        targets = protected_targets(root, self.protected) if writable else []
+        git_dirs = git_folders(root) if writable else set()  # found once for the call
+        targets = protected_targets(root, self.protected, git_dirs) if writable else []
         # Every protected path goes to the placeholders, existing ones too: one that exists
         # because another call's placeholder stands there must be shared, not merely
         # mounted (its removal would detach this sandbox's mount); the lock decides.
         leaves = [(t.path, t.is_dir) for t in targets if t.path not in granted]
-        watched = watched_paths(root) if writable else []
+        watched = watched_paths(root, git_dirs) if writable else []
         held = [t.path for t in targets]
         # New repositories last, once the placeholders are gone (a sealed one is not git's).
-        with (self._new_repositories(root, writable, held),
+        with (self._new_repositories(root, git_dirs if writable else None, held),
               self.placeholders.holding(leaves) as made, self._removing(watched)):
             sealed = self.placeholders.sealed(made)
             yield self._mount_plan(root, targets, granted=granted, network=network,
@@ -211,15 +212,16 @@ class Sandbox:
 
     @staticmethod
     @contextlib.contextmanager
-    def _new_repositories(root: str, writable: bool, held: list[str]) -> Iterator[None]:
+    def _new_repositories(root: str, before: set[str] | None,
+                          held: list[str]) -> Iterator[None]:
         """Once the block ends, make each repository its process created harmless: a git
         folder that was not there (one whose configuration the sandbox held is left
         alone: the call could not write it) or, when an index changed, one a gitlink
-        points at. Never raises: a failure is logged and the others are still done."""
-        if not writable:
+        points at. ``before``: the git folders before the call (None: a read-only call,
+        nothing to do). Never raises: a failure is logged and the others are still done."""
+        if before is None:
             yield
             return
-        before = git_folders(root)
         indexes = {path: _identity(path) for path in _indexes(before)}
         try:
             yield
@@ -283,11 +285,15 @@ class Sandbox:
 
     def settle(self) -> bool:
         """Wait for the sandbox being built ahead, if one is; whether one now waits ready."""
-        building = self._building
-        if building is not None:
-            with contextlib.suppress(Exception):
-                building.result(timeout=PREPARE_WAIT_SECONDS * 10)
+        self._wait_for_building(PREPARE_WAIT_SECONDS * 10)
         return self._slot.ready()
+
+    def _wait_for_building(self, seconds: float) -> None:
+        """Wait at most ``seconds`` for the sandbox being built ahead, if one is."""
+        building = self._building
+        if building is not None and not building.done():
+            with contextlib.suppress(Exception):
+                building.result(timeout=seconds)
 
     def _start(
         self, plan: MountPlan, ready: tuple[Prepared, CallCgroup | None] | None,
@@ -325,11 +331,8 @@ class Sandbox:
     ) -> tuple[Prepared, CallCgroup | None] | None:
         """The sandbox built ahead, if it was built for these inputs and mounts exactly
         what ``plan`` does, the same files (else it is discarded)."""
-        building = self._building
-        if building is not None and not building.done():
-            # Started when the last call ended: waiting costs less than building anew.
-            with contextlib.suppress(Exception):
-                building.result(timeout=PREPARE_WAIT_SECONDS)
+        # Started when the last call ended: waiting costs less than building anew.
+        self._wait_for_building(PREPARE_WAIT_SECONDS)
         ready = self._slot.take()
         if ready is None:
             return None

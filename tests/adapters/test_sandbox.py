@@ -30,7 +30,7 @@ from adapters.sandbox.cgroup import CgroupPool, find_parent, sweep_cgroups
 from adapters.tools import BuiltinTools
 from adapters.tools.shell import Unconfined
 from events.sandbox import SandboxLimits
-from tests.helpers import Listener, need_sandbox
+from tests.helpers import Listener, need_sandbox, need_sealing
 
 PROTECTED = ("SOUL.md", "IDENTITY.md", "GUARDRAILS.md", "MEMORY.md", "AGENTS.md", "*/.git/config",
              "HEARTBEAT.md", ".tether/policy.yaml", ".tether/rules/**")
@@ -160,8 +160,7 @@ def test_a_sealed_placeholder_cannot_be_replaced_even_by_root(tmp_path: Path) ->
     holder = Placeholders()
     soul, tether = root / "SOUL.md", root / ".tether"
     with holder.holding([(str(soul), False), (str(tether), True)]) as made:
-        if holder.sealed(made) != set(made):
-            pytest.skip("placeholders cannot be sealed here (not root, or no flag)")
+        need_sealing(holder.sealed(made) == set(made), "an immutable placeholder")
         (root / "evil").write_text("x")
         for attempt in (lambda: soul.write_text("x"), soul.unlink,
                         lambda: os.rename(root / "evil", soul),
@@ -311,8 +310,7 @@ def test_git_in_the_sandbox_does_not_see_the_placeholders(sandbox: Sandbox, ws: 
 def test_a_sandbox_built_ahead_runs_the_next_call_where_and_as_asked(
         sandbox: Sandbox, ws: Path) -> None:
     shell(sandbox, ws, "true")
-    if not sandbox.settle():
-        pytest.skip("no sandbox is built ahead here (placeholders cannot be sealed)")
+    need_sealing(sandbox.settle(), "a sandbox built ahead")
     out = shell(sandbox, ws, "pwd; echo \"$TETHER_PROBE\"; cat; echo done",
                 env={"TETHER_PROBE": "it's \"quoted\" $(not run)", "PATH": os.defpath})
     lines = out.splitlines()
@@ -335,8 +333,7 @@ def test_a_protected_file_made_between_calls_is_held_by_the_next(
 
 def test_a_sandbox_built_ahead_and_killed_is_replaced(sandbox: Sandbox, ws: Path) -> None:
     shell(sandbox, ws, "true")
-    if not sandbox.settle():
-        pytest.skip("no sandbox is built ahead here (placeholders cannot be sealed)")
+    need_sealing(sandbox.settle(), "a sandbox built ahead")
     # Someone kills the waiting sandbox (bwrap, our child): the call must still run.
     waiting = [int(p) for p in subprocess.run(
         ["pgrep", "-P", str(os.getpid()), "bwrap"], capture_output=True, text=True,
@@ -357,8 +354,7 @@ def test_a_held_file_unlinked_and_linked_back_between_calls_stays_held(
         (ws / name).write_text("x\n")  # nothing absent: the plan needs no placeholder
     config = ws / ".git" / "config"
     shell(sandbox, ws, "true")
-    if not sandbox.settle():
-        pytest.skip("no sandbox is built ahead here (placeholders cannot be sealed)")
+    need_sealing(sandbox.settle(), "a sandbox built ahead")
     # Same inode at the same path, but the waiting sandbox's mount of it is gone.
     os.link(config, ws / "h")
     config.unlink()
@@ -406,8 +402,7 @@ def test_two_engines_share_sealed_placeholder_folders(tmp_path: Path) -> None:
     root.mkdir()
     one, two = Placeholders(), Placeholders()
     with one.holding([(str(root / ".claude"), True)]) as made:
-        if one.sealed(made) != set(made):
-            pytest.skip("placeholders cannot be sealed here (not root, or no flag)")
+        need_sealing(one.sealed(made) == set(made), "a placeholder folder sealed by another")
         with two.holding([(str(root / ".claude" / "settings.json"), False)]) as also:
             assert also == []  # held already by the other engine's sealed folder
     assert not (root / ".claude").exists()
