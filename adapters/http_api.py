@@ -20,9 +20,12 @@ loopback names and the bound port, or ``allowed_hosts``) and its ``Origin``, whe
 be this server or one of ``cors_origins``: a web page elsewhere, or a name rebound to
 127.0.0.1, is refused (403). Every endpoint but ``/health`` (and ``/metrics`` when
 ``metrics_open``) needs ``Authorization: Bearer <token>`` (401). The sender of every
-message is the token's ``user``, never a field of the body. Bodies are JSON only
-(``application/json``, 415), at most ``body_limit`` bytes (413), read within
-``body_seconds`` (408). Every error, whatever the status, is ``{"error", "reason"}``.
+message is the token's ``user``, never a field of the body (nor is ``origin``). Bodies
+are JSON only (``application/json``, 415), at most ``body_limit`` bytes (413), read
+within ``body_seconds`` (408); headers within ``header_seconds`` (the connection is
+closed); ``Host``, ``Origin`` and ``Authorization`` come once (400). At most
+``max_requests`` requests are in progress (503) and ``max_connections`` connections open.
+Every error, whatever the status, is ``{"error", "reason"}``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
 import secrets
 import socket
@@ -51,6 +53,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from actors.ports import Bus, BusError
 from actors.runtime import AskTimeout, RemoteError, ask
+from adapters.http_protocol import guarded_protocol
 from events.codec import DecodeFailure, Decoder
 from events.messages import (
     Accepted,
@@ -66,7 +69,8 @@ from events.subjects import Subjects, check_token
 log = logging.getLogger(__name__)
 
 STATUS_OF_ERROR = {
-    "invalid": 400, "bad_workspace": 400, "too_large": 413, "budget_exhausted": 402,
+    "invalid": 400, "bad_request": 400, "bad_workspace": 400, "too_large": 413,
+    "budget_exhausted": 402,
     "not_allowed": 403, "unknown_session": 404, "rate_limited": 429, "session_limit": 429,
 }
 """HTTP status for each ErrorReply kind the engine may answer (others: 502)."""
@@ -82,8 +86,14 @@ PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 """The names a loopback server answers to by default."""
 
-#: Body fields the sender may not choose: the connector sets them.
-_SET_BY_THE_CONNECTOR = ("type", "user")
+#: Body fields the sender may not choose: the connector sets them (``origin``, the route
+#: of background notices, is this channel: an HTTP client may not send them elsewhere).
+_SET_BY_THE_CONNECTOR = ("type", "user", "origin")
+
+#: Request headers that must come at most once: with two, which one a check reads and
+#: which one a later reader uses could differ.
+_SINGLE_HEADERS = frozenset({"host", "origin", "authorization", "content-type",
+                             "content-length"})
 
 
 def error(status: int, reason: str, code: str = "",
@@ -104,7 +114,8 @@ class HttpApi:
                  allowed_hosts: Iterable[str] = (), cors_origins: Iterable[str] = (),
                  heartbeat: float = 15.0, timeout: float = 15.0,
                  body_limit: int = 1 << 20, body_seconds: float = 10.0,
-                 max_connections: int = 64) -> None:
+                 header_seconds: float = 10.0, max_requests: int = 64,
+                 max_connections: int = 256) -> None:
         if not token:
             raise ValueError("the HTTP connector needs a token")
         self.bus = bus
@@ -128,7 +139,8 @@ class HttpApi:
             hosts={f"{n}:{self.port}" for n in names} | (names if self.port == 80 else set()),
             origins={f"http://{n}:{self.port}" for n in names} | set(cors_origins),
             cors=set(cors_origins), token=token,
-            open_paths={"/health"} | ({"/metrics"} if metrics_open else set()))
+            open_paths={"/health"} | ({"/metrics"} if metrics_open else set()),
+            max_requests=max_requests)
         app = Starlette(
             routes=[
                 Route("/messages", self._post_message, methods=["POST"]),
@@ -139,9 +151,10 @@ class HttpApi:
             ],
             exception_handlers={HTTPException: _http_error, Exception: _internal_error},
         )
+        app.router.redirect_slashes = False  # "/health/" is a 404 like any unknown path
         config = uvicorn.Config(
             gate.wrap(app), log_level="warning", lifespan="off", access_log=False,
-            timeout_keep_alive=5, limit_concurrency=max_connections,
+            http=guarded_protocol(header_seconds, max_connections), timeout_keep_alive=5,
             h11_max_incomplete_event_size=32 * 1024, timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run,
@@ -273,14 +286,16 @@ class HttpApi:
     def post_message(self, body: bytes) -> tuple[int, dict[str, Any]]:
         """Send the message ``body`` holds as the token's user; (status, answer)."""
         try:
-            fields = json.loads(body or b"{}")
+            # msgspec, not json: it refuses NaN and Infinity, which no field takes.
+            fields = msgspec.json.decode(body or b"{}")
             if not isinstance(fields, dict):
                 raise ValueError("the body must be a JSON object")
             for name in _SET_BY_THE_CONNECTOR:
                 fields.pop(name, None)
             fields.setdefault("channel", "http")
             message = msgspec.convert({**fields, "user": self.user}, UserMessage)
-        except (ValueError, RecursionError, msgspec.ValidationError) as exc:
+        except (ValueError, RecursionError, msgspec.DecodeError,
+                msgspec.ValidationError) as exc:
             reason = "the JSON is nested too deeply" if isinstance(exc, RecursionError) \
                 else str(exc)
             return 400, {"error": "invalid", "reason": reason}
@@ -332,15 +347,19 @@ class Gate:
     """Who may come in, before any endpoint runs (an ASGI middleware): see the module's
     contract. ``hosts``: the accepted ``Host`` values; ``origins``: the accepted
     ``Origin`` values; ``cors``: the origins a browser may call from (answered with CORS
-    headers, preflights included); ``open_paths``: the paths served without the token."""
+    headers, preflights included); ``open_paths``: the paths served without the token;
+    ``max_requests``: how many requests (open event streams included) may be in progress
+    at once (503 beyond)."""
 
     def __init__(self, *, hosts: set[str], origins: set[str], cors: set[str], token: str,
-                 open_paths: set[str]) -> None:
+                 open_paths: set[str], max_requests: int = 64) -> None:
         self.hosts = {h.lower() for h in hosts}
         self.origins = origins
         self.cors = cors
         self._expected = f"Bearer {token}".encode()
         self.open_paths = open_paths
+        self.max_requests = max_requests
+        self.in_progress = 0
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
         async def gated(scope: Scope, receive: Receive, send: Send) -> None:
@@ -348,11 +367,11 @@ class Gate:
                 await app(scope, receive, send)
                 return
             refusal, extra = self.check(scope)
+            if refusal is None and self.in_progress >= self.max_requests:
+                refusal = error(503, f"{self.in_progress} requests are in progress; "
+                                     "try again when one has ended", "busy")
             if refusal is not None:
                 await refusal(scope, receive, send)
-                return
-            if not extra:
-                await app(scope, receive, send)
                 return
 
             async def with_cors(message: Any) -> None:
@@ -360,14 +379,22 @@ class Gate:
                     message["headers"] = [*message.get("headers", []), *extra]
                 await send(message)
 
-            await app(scope, receive, with_cors)
+            self.in_progress += 1  # one event loop: no lock needed
+            try:
+                await app(scope, receive, with_cors if extra else send)
+            finally:
+                self.in_progress -= 1
 
         return gated
 
     def check(self, scope: Scope) -> tuple[Response | None, list[tuple[bytes, bytes]]]:
         """A refusal for the request, or None and the CORS headers to add."""
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
-                   for k, v in scope.get("headers", [])}
+        headers: dict[str, str] = {}
+        for key, value in scope.get("headers", []):
+            name = key.decode("latin-1").lower()
+            if name in headers and name in _SINGLE_HEADERS:
+                return error(400, f"the header {name!r} was sent more than once"), []
+            headers[name] = value.decode("latin-1")
         host = headers.get("host", "").lower()
         if host not in self.hosts:
             return error(403, f"this server does not answer to the host {host!r}",

@@ -262,3 +262,92 @@ def test_every_status_is_json(api: tuple[HttpApi, Host]) -> None:
         got, body, headers = call(server.url, path, method=method)
         assert (got, body["error"]) == (status, code), (method, path)
         assert headers["Content-Type"] == "application/json"
+
+
+def test_malformed_requests_and_trailing_slashes_are_answered_in_json(
+        api: tuple[HttpApi, Host]) -> None:
+    server, _ = api
+    status, body = raw(server, "GARBAGE\r\n\r\n")  # uvicorn's own refusal, made JSON
+    assert (status, body["error"]) == (400, "invalid")
+    status, body, headers = call(server.url, "/health/", headers={})
+    assert (status, body["error"]) == (404, "not_found")  # not a redirect
+    assert headers["Content-Type"] == "application/json"
+
+
+def test_a_header_sent_twice_is_refused(api: tuple[HttpApi, Host]) -> None:
+    server, host = api
+    stored = host.app.max_notification_id()
+    base = "POST /messages HTTP/1.1\r\nContent-Type: application/json\r\n"
+    body = '\r\nContent-Length: 13\r\n\r\n{"text":"hi"}'
+    for twice in (  # the check reads one, a later reader could use the other
+            f"Host: 127.0.0.1:{{port}}\r\nAuthorization: Bearer wrong\r\n"
+            f"Authorization: Bearer {TOKEN}",
+            f"Host: evil.example\r\nHost: 127.0.0.1:{{port}}\r\nAuthorization: Bearer {TOKEN}",
+            f"Host: 127.0.0.1:{{port}}\r\nOrigin: http://127.0.0.1:{{port}}\r\n"
+            f"Origin: http://evil.example\r\nAuthorization: Bearer {TOKEN}"):
+        status, answer = raw(server, base + twice + body)
+        assert (status, answer["error"]) == (400, "invalid"), twice
+    assert host.app.max_notification_id() == stored
+
+
+def test_numbers_no_field_takes_and_foreign_routes_are_refused_or_dropped(
+        api: tuple[HttpApi, Host]) -> None:
+    server, host = api
+    for budget in (b"Infinity", b"NaN", b"1e999", b"-1"):
+        status, body = post(server.url, b'{"text": "hi", "budget_usd": ' + budget + b"}")
+        assert (status, body["error"]) == (400, "invalid"), budget
+    # Background notices go to this channel, never to a route the client names.
+    status, answer = post(server.url, {"text": "route me", "origin": "telegram|acct|42"})
+    assert status == 202
+    session = host.app.session(answer["session_id"])
+    assert session is not None and session.origin == ""
+
+
+@pytest.fixture
+def tight(fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host],
+          ) -> Iterator[HttpApi]:
+    host = make_host(fake_llm("responses: []\n"))
+    server = HttpApi(host.bus, host.subjects, token=TOKEN, user="ana", heartbeat=0.5,
+                     header_seconds=0.5, max_connections=6, max_requests=1).start()
+    yield server
+    server.stop()
+
+
+def _closed(conn: socket.socket) -> bool:
+    """Whether the server closed ``conn`` (reads until it does, or 10 s)."""
+    conn.settimeout(10)
+    try:
+        while conn.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
+def test_clients_that_never_finish_asking_do_not_shut_others_out(tight: HttpApi) -> None:
+    server = tight
+    slow = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(6)]
+    for conn in slow:  # a slowloris: headers that never end
+        conn.sendall(b"GET /sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a")
+    beyond = socket.create_connection(("127.0.0.1", server.port))
+    assert _closed(beyond)  # over the connection cap: closed at once
+    assert all(_closed(conn) for conn in slow)  # given up on after header_seconds
+    for conn in (*slow, beyond):
+        conn.close()
+    assert call(server.url, "/health", headers={})[:2] == (200, {"ok": True})
+
+
+def test_more_requests_than_allowed_are_told_to_wait_in_json(
+        tight: HttpApi) -> None:
+    server = tight
+    status, answer = post(server.url, {"text": "follow me"})
+    assert status == 202
+    stream = EventStream(f"{server.url}/sessions/{answer['session_id']}/events")
+    try:
+        status, body, _ = call(server.url, "/sessions")  # the stream is the one allowed
+        assert (status, body["error"]) == (503, "busy")
+    finally:
+        stream.close()
+    wait_until(lambda: call(server.url, "/sessions")[0] == 200, "the stream's end")
