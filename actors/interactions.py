@@ -9,6 +9,11 @@ Plain text in a chat goes to the chat's pending approvals first (a no, the text 
 reason), then to its questions (the answer), then to its plan reviews (proceed, clean, or
 feedback). Approvals and questions not answered within the timeout are a no; plan reviews
 wait. Time is the injected clock; the host sends :class:`Tick` every second.
+
+Only the session's owner and the approvers named for the chat (:mod:`actors.authority`)
+may answer: anyone else's answer or text is refused, recorded as a RefusedMessage
+(``tether audit --refused``) and told to the chat it came from; what was asked stays
+pending.
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ from typing import Any
 
 import msgspec
 
+from actors.authority import Approvers, may_decide, refusal_reason
 from actors.engine_tools import read_plan_reply
 from actors.ports import Clock, Ids
 from actors.runtime import ActorSystem, Envelope, TetherActor, Tick
 from events.application import TetherApplication
+from events.inbox import RefusedMessage
 from events.interactions import Interaction
 from events.messages import (
     ApprovalRequest,
@@ -70,12 +77,14 @@ class InteractionCoordinatorActor(TetherActor):
         clock: Clock,
         ids: Ids,
         timeout: float = DEFAULT_TIMEOUT,
+        approvers: Approvers | None = None,
     ) -> None:
         super().__init__(system)
         self.app = app
         self.clock = clock
         self.ids = ids
         self.timeout = timeout
+        self.approvers: Approvers = approvers or {}
         self.pending: dict[str, _Pending] = {}
         self._order = itertools.count()
 
@@ -155,6 +164,10 @@ class InteractionCoordinatorActor(TetherActor):
         if chosen is None:
             self._tell_session(answer.session_id, "nothing is waiting for approval")
             return
+        if self._refused(chosen, answer.user, answer.channel, "approve or deny calls",
+                         f"/{'approve' if answer.approved else 'deny'} {chosen} "
+                         f"{answer.reason}".strip()):
+            return
         self._decide(chosen, answer.approved, answer.user, answer.reason)
 
     def _decide(self, interaction_id: str, approved: bool, by: str, why: str) -> None:
@@ -171,6 +184,9 @@ class InteractionCoordinatorActor(TetherActor):
         if chosen is None:
             self._tell_session(answer.session_id, "no plan is waiting for review")
             return
+        if self._refused(chosen, answer.user, answer.channel, "review plans",
+                         f"/{answer.choice} {answer.feedback}".strip()):
+            return
         self._choose(chosen, answer.choice, answer.feedback, answer.user)
 
     def _choose(self, interaction_id: str, choice: str, feedback: str, by: str) -> None:
@@ -184,8 +200,18 @@ class InteractionCoordinatorActor(TetherActor):
     def _text(self, message: ChatText) -> None:
         """Plain text: the chat's approvals first, then its questions, then its plan
         reviews; when the chat has none, the sending session's own."""
-        chosen = self._first(lambda p: p.request.channel == message.channel) or self._first(
-            lambda p: p.request.session_id == message.session_id)
+        def mine(p: _Pending) -> bool:
+            return self._may(message.user, p)
+
+        chosen = self._first(lambda p: p.request.channel == message.channel and mine(p)) \
+            or self._first(lambda p: p.request.session_id == message.session_id and mine(p))
+        if chosen is None:
+            asked = self._first(lambda p: p.request.session_id == message.session_id)
+            if asked is not None:  # there is something to answer, but not for this sender
+                what = {"approval": "answer approvals", "question": "answer questions",
+                        "plan_review": "review plans"}[self.pending[asked].kind]
+                self._refused(asked, message.user, message.channel, what, message.text)
+                return
         if chosen is None:  # it was settled (or expired) while the text was on its way
             self.send(self.subjects.channel_out(message.channel), ChannelMessage(
                 session_id=message.session_id, kind="error",
@@ -204,6 +230,27 @@ class InteractionCoordinatorActor(TetherActor):
         else:
             choice, feedback = read_plan_reply(message.text)
             self._choose(chosen, choice, feedback, message.user)
+
+    def _may(self, user: str, pending: _Pending) -> bool:
+        return may_decide(user, pending.request.owner, pending.request.channel,
+                          self.approvers)
+
+    def _refused(self, interaction_id: str, user: str, channel: str, what: str,
+                 text: str) -> bool:
+        """Whether ``user`` may not decide ``interaction_id``; if not, the refusal is
+        recorded and told to ``channel`` (the answer's chat)."""
+        pending = self.pending[interaction_id]
+        if self._may(user, pending):
+            return False
+        reason = refusal_reason(user, what, pending.request.session_id)
+        log.warning("interaction %s: %s", interaction_id, reason)
+        self.app.save(RefusedMessage(channel=channel or pending.request.channel, user=user,
+                                     kind="not_approver", reason=reason,
+                                     size=len(text.encode()), excerpt=text))
+        if channel:
+            self.send(self.subjects.channel_out(channel), ChannelMessage(
+                session_id=pending.request.session_id, kind="error", text=reason))
+        return True
 
     def _first(self, wanted: Any) -> str | None:
         """The id of the pending interaction ``wanted`` accepts that comes first by kind

@@ -1,13 +1,16 @@
 """The session manager actor: finds or creates the actor for every user message.
 
-Bound to ``<ns>.inbox`` (connectors' UserMessages, queue group ``engine``) and
-``<ns>.manager`` (list and kill requests). It starts a session's actors on first use,
-including sessions recovered from the store after a restart, and forwards each message
-over NATS to ``<ns>.session.<id>``. A message names its session by id or by name
-(finished sessions too: a message to one resumes it). At most ``max_sessions`` sessions
-are active at once; a new or resumed one beyond that is refused, saying what to do. Each
-second (Tick) it passes the time on to its sessions (idle timeouts, the safety net); every
-minute it drops from memory the sessions finished for an hour (they stay in the store).
+Bound to ``<ns>.inbox`` (UserMessages of engine-role publishers: in-process connectors,
+whose ``user`` is trusted), ``<ns>.inbox.<principal>`` (connectors' UserMessages: the
+``user`` becomes the principal the subject names, the one NATS authenticated), both in
+queue group ``engine``, and ``<ns>.manager`` (list, kill, fork, tree requests). It starts
+a session's actors on first use, including sessions recovered from the store after a
+restart, and forwards each message over NATS to ``<ns>.session.<id>``. A message names its
+session by id or by name (finished sessions too: a message to one resumes it). At most
+``max_sessions`` sessions are active at once; a new or resumed one beyond that is refused,
+saying what to do. Each second (Tick) it passes the time on to its sessions (idle
+timeouts, the safety net); every minute it drops from memory the sessions finished for an
+hour (they stay in the store).
 """
 
 from __future__ import annotations
@@ -69,6 +72,9 @@ class SessionLimits(msgspec.Struct, kw_only=True, frozen=True):
     keep_finished: float = 3600.0
     resumable: int = 50
     budget_usd: float = 0.0
+    mask_secrets: bool = True
+    """Mask the secrets a user message holds (the redactor's shapes) before anything of it
+    is stored, named after or sent to the model."""
 
 
 class KillAll(msgspec.Struct):
@@ -125,7 +131,9 @@ class SessionManagerActor(TetherActor):
 
     def handle(self, message: Any, envelope: Envelope | None) -> None:
         if isinstance(message, UserMessage):
-            self._on_user_message(message, envelope)
+            authenticated = self._authenticate(message, envelope)
+            if authenticated is not None:
+                self._on_user_message(*authenticated)
         elif isinstance(message, ListSessions):
             self.reply(envelope, SessionList(sessions=self.list_sessions()))
         elif isinstance(message, KillSession):
@@ -142,12 +150,37 @@ class SessionManagerActor(TetherActor):
             for sid, handles in self.live.items():
                 handles[-1].tell(KillSession(session_id=sid, reason=message.reason))
 
+    def _authenticate(self, message: UserMessage, envelope: Envelope | None
+                      ) -> tuple[UserMessage, Envelope | None] | None:
+        """Who a user message is from, decided before anything else looks at it.
+
+        On a principal's inbox (``<ns>.inbox.<principal>``, where a connector may publish
+        only its own): that principal, whatever ``user`` says; and a reply goes only to a
+        request inbox (``_INBOX.…``), never to a subject the sender names. On the bare
+        ``<ns>.inbox`` (engine-role publishers, which authenticate their users
+        themselves) or in process: ``user`` as given. Anywhere else (``<ns>.manager``,
+        which connectors may publish on too): refused with ``bad_request``.
+        """
+        if envelope is None or envelope.subject == self.subjects.inbox:
+            return message, envelope
+        principal = self.subjects.principal_of(envelope.subject)
+        if principal is None:
+            self.reply(envelope, ErrorReply(error="bad_request", reason=(
+                f"user messages go to {self.subjects.inbox}.<principal>, not "
+                f"{envelope.subject}")))
+            return None
+        if envelope.reply and not envelope.reply.startswith("_INBOX."):
+            envelope = msgspec.structs.replace(envelope, reply="")
+        return msgspec.structs.replace(message, user=principal), envelope
+
     def _on_user_message(self, message: UserMessage, envelope: Envelope | None) -> None:
         size = envelope.size if envelope is not None else 0
         refusal = self.gate.check(message, size, self.clock.now().timestamp())
         if refusal is not None:
             self._refuse(message, refusal, size, envelope)
             return
+        if self.limits.mask_secrets:
+            message = msgspec.structs.replace(message, text=self.redactor.text(message.text))
         sid = message.session_id
         if sid and sid not in self.live:
             found = self._resolve(sid)
@@ -185,6 +218,7 @@ class SessionManagerActor(TetherActor):
             names.add(name)
             new = NewSession(name=name, workspace=workspace, channel=message.channel,
                              multi_turn=not message.single_turn, origin=message.origin,
+                             owner=message.user,
                              budget_usd=message.budget_usd or self.limits.budget_usd)
             self.live[sid] = self.spawn(sid, new)
         forwarded = msgspec.structs.replace(message, session_id=sid)
@@ -278,7 +312,7 @@ class SessionManagerActor(TetherActor):
         self._copy_rule_log(source_id, sid, before_turn=source.completed_turns, only=only)
         self.live[sid] = self.spawn(sid, NewSession(
             name=name, workspace=source.workspace, channel=message.channel,
-            budget_usd=self.limits.budget_usd,
+            budget_usd=self.limits.budget_usd, owner=message.user,
             fork=ForkOf(source_id=source_id, at_version=source.version,
                         history=history, fired_rules=fired)))
         self.reply(envelope, Accepted(session_id=sid, name=name))

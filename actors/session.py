@@ -26,6 +26,7 @@ import msgspec
 import pykka
 
 from actors import engine_tools
+from actors.authority import may_decide, refusal_reason
 from actors.commands import (
     MODE_COMMANDS,
     PLAN_COMMANDS,
@@ -101,6 +102,7 @@ from actors.runtime import ActorSystem, AskResult, Envelope, TetherActor
 from actors.titles import clean_title, exchange_messages, title_request, wants_title
 from events.application import TetherApplication
 from events.forest import Forest, ForestError
+from events.inbox import RefusedMessage
 from events.messages import (
     TREE_PAGE_MAX,
     Accepted,
@@ -195,6 +197,8 @@ class SessionConfig(msgspec.Struct, kw_only=True):
     context_window: int = 0
     """Tokens the model's window holds (0: the model table's figure); compaction keeps the
     history under 70% of what it leaves."""
+    approvers: dict[str, list[str]] = {}
+    """Per channel (or ``"*"``), who besides the owner may change the session's mode."""
 
 
 class ForkOf(msgspec.Struct, kw_only=True):
@@ -215,6 +219,8 @@ class NewSession(msgspec.Struct, kw_only=True):
     multi_turn: bool = True
     budget_usd: float = 0.0
     origin: str = ""
+    owner: str = ""
+    """The principal the session belongs to (:attr:`Session.owner`)."""
     fork: ForkOf | None = None
 
 
@@ -407,6 +413,7 @@ class SessionActor(TetherActor):
                 multi_turn=self.new.multi_turn,
                 budget_usd=self.new.budget_usd,
                 origin=self.new.origin,
+                owner=self.new.owner,
             )
             if self.new.fork is not None:
                 fork = self.new.fork
@@ -568,6 +575,13 @@ class SessionActor(TetherActor):
                 self._answer_approval(interaction, approved=name == "approve", message=message,
                                       reason=why.strip())
                 result = "answer sent"
+        elif name in MODE_COMMANDS and not may_decide(
+                message.user, self.session.owner, message.channel, self.config.approvers):
+            result = refusal_reason(message.user, f"change the mode (/{name})",
+                                    self.session.name)
+            self.app.save(RefusedMessage(
+                channel=message.channel, user=message.user, kind="not_approver",
+                reason=result, size=len(message.text.encode()), excerpt=message.text))
         elif name in MODE_COMMANDS:
             mode = MODE_COMMANDS[name]
             auto = self._auto_list(mode)
@@ -589,7 +603,7 @@ class SessionActor(TetherActor):
             else:
                 self.send(self.subjects.interactions, PlanAnswer(
                     session_id=self.session_id, choice=PLAN_COMMANDS[name],  # type: ignore[arg-type]
-                    user=message.user, feedback=command.args))
+                    user=message.user, feedback=command.args, channel=message.channel))
                 result = "answer sent"
         else:
             prefix = "" if name == "help" else f"unknown command /{name}. "
@@ -614,7 +628,7 @@ class SessionActor(TetherActor):
         waiting = self.tool_queue[0].id if self.tool_queue else ""
         self.send(self.subjects.interactions, InteractionAnswer(
             session_id=self.session_id, interaction_id=interaction_id, approved=approved,
-            user=message.user, reason=reason, call_id=waiting,
+            user=message.user, reason=reason, call_id=waiting, channel=message.channel,
         ))
 
     def _start_queued(self) -> None:
@@ -1274,7 +1288,7 @@ class SessionActor(TetherActor):
         self._open_interaction("approval", call.id, ApprovalRequest(
             session_id=self.session_id, call_id=call.id, tool=call.name,
             summary=full_input(call.input), reason=verdict.reason,
-            channel=self.session.channel,
+            channel=self.session.channel, owner=self.session.owner,
         ))
 
     def _engine_tool(self, call: ToolUseBlock) -> None:
@@ -1307,7 +1321,8 @@ class SessionActor(TetherActor):
             self._allow_engine_call(call, "the engine asks the chat")
             self._open_interaction("question", call.id, QuestionRequest(
                 session_id=self.session_id, call_id=call.id, question=question.question,
-                options=question.options, channel=self.session.channel))
+                options=question.options, channel=self.session.channel,
+                owner=self.session.owner))
         elif call.name == EXIT_PLAN_MODE:
             if self.session.mode != "plan":
                 self._refuse_engine_call(call, f"not in plan mode (the mode is "
@@ -1338,7 +1353,7 @@ class SessionActor(TetherActor):
         self.review_is_call = is_call
         self._open_interaction("review", call_id, PlanReviewRequest(
             session_id=self.session_id, call_id=call_id, plan=plan, source=source,
-            channel=self.session.channel))
+            channel=self.session.channel, owner=self.session.owner))
 
     def _open_interaction(self, phase: str, call_id: str, request: Any) -> None:
         self.app.save(self.session)  # the call's proposal and decision come first

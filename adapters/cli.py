@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
 import logging
 import os
 import shutil
@@ -202,13 +203,21 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return 0
 
 
-def _remote(settings: Settings) -> tuple[Any, Any]:
-    """A bus connected to the running engine, and its subjects."""
+def _remote(settings: Settings, role: str = "connector") -> tuple[Any, Any]:
+    """A bus connected to the running engine, and its subjects.
+
+    Signed in as the OS user's connector (``role`` ``"connector"``: its own inbox and
+    manager requests), or as the engine (``"engine"``: connectors that authenticate their
+    users themselves, ``tether telegram``); on the embedded server with the credentials
+    the engine keeps in the state directory, on an external one with the settings'.
+    """
+    from adapters.nats_auth import client_auth
     from adapters.nats_bus import NatsBus
     from events.subjects import Subjects
 
     url = settings.nats_url or _read_nats_url(settings)
-    return NatsBus(url, name="tether-cli"), Subjects(settings.namespace)
+    auth = client_auth(settings, "engine" if role == "engine" else "connector")
+    return NatsBus(url, name="tether-cli", auth=auth), Subjects(settings.namespace)
 
 
 def cmd_telegram(args: argparse.Namespace) -> int:
@@ -224,7 +233,9 @@ def cmd_telegram(args: argparse.Namespace) -> int:
     if problem is not None and not args.open:
         raise ConfigError(f"{problem}; add an allowlist under [middleware] allow "
                           "(e.g. \"telegram-*\" = [\"YOUR_USER_ID\"]) or pass --open")
-    bus, subjects = _remote(settings)
+    # It publishes its chats' messages on the bare inbox, naming each Telegram user: a
+    # connector that authenticates its users itself signs in as the engine.
+    bus, subjects = _remote(settings, role="engine")
     connector = TelegramConnector(
         bus, subjects, token=settings.telegram_token,
         base_url=settings.telegram_base_url or None, throttle=settings.telegram_throttle,
@@ -277,11 +288,13 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
     at = args.at or ""
     if args.at_node:
-        request = ForkSession(session_id=args.session, at_node=args.at_node)
+        request = ForkSession(session_id=args.session, at_node=args.at_node,
+                              user=getpass.getuser())
     elif at.isdigit():
-        request = ForkSession(session_id=args.session, at_version=int(at))
+        request = ForkSession(session_id=args.session, at_version=int(at),
+                              user=getpass.getuser())
     else:
-        request = ForkSession(session_id=args.session, at_node=at)
+        request = ForkSession(session_id=args.session, at_node=at, user=getpass.getuser())
     try:
         forked = _ask_engine(args, request, Accepted)
     except RemoteError as exc:
@@ -290,8 +303,8 @@ def cmd_fork(args: argparse.Namespace) -> int:
         if not (request.at_version and len(at) >= 4
                 and exc.reply.error == "unknown_session"):
             raise
-        forked = _ask_engine(args, ForkSession(session_id=args.session, at_node=at),
-                             Accepted)
+        forked = _ask_engine(args, ForkSession(session_id=args.session, at_node=at,
+                                               user=getpass.getuser()), Accepted)
     print(f"forked {args.session} into {forked.session_id}; continue with: tether chat "
           f"--remote --session {forked.session_id}")
     return 0
@@ -892,7 +905,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--until", metavar="TIME", help="ISO 8601 time, inclusive")
     audit.add_argument("--json", action="store_true", help="one JSON object per call")
     audit.add_argument("--refused", action="store_true",
-                       help="list the messages the inbox middleware refused instead")
+                       help="list what was refused instead: messages the inbox middleware "
+                       "turned away, and answers, plan reviews and mode changes from "
+                       "someone who is neither the session's owner nor an approver")
     stats = add("stats", "figures from the metrics view: cost (in total and per UTC day), "
                 "sessions by status, average duration, the most expensive session, tool "
                 "calls by verdict and TTSR triggers", cmd_stats)

@@ -191,6 +191,13 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ask_timeout: PositiveFloat = 5.0
     approval_timeout: PositiveFloat = 300.0
     """Seconds an approval or a question waits for an answer before it counts as a no."""
+    mask_secrets_in_messages: bool = True
+    """Mask secrets in users' messages (the redactor's shapes: keys, tokens, private key
+    blocks) before they are stored or reach the model; false keeps them as typed."""
+    approvers: dict[str, list[str]] = {}
+    """Per channel (``"*"``: every channel), the principals who may approve calls, answer
+    questions, review plans and change the mode of sessions they do not own (a session's
+    owner always may)."""
     max_sessions: PositiveInt = 5
     """Sessions active at once (starting or running); more are refused."""
     idle_timeout: NonNegativeFloat = 1800.0
@@ -247,6 +254,21 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     sandbox_home: list[str] = msgspec.field(default_factory=lambda: [".gitconfig"])
     """Entries of the user's home a sandboxed process may read; the rest is hidden."""
     nats_server: str = ""
+    nats_credentials: str = ""
+    """An external NATS (``nats_url``): a ``.creds`` file (user JWT and NKey seed)."""
+    nats_nkey: str = ""
+    """An external NATS: a file holding the NKey seed (``SU…``) to sign in with."""
+    nats_user: str = ""
+    """An external NATS: the user name (with ``nats_password``)."""
+    nats_password: str = ""
+    """An external NATS: the password of ``nats_user``; a secret, masked everywhere."""
+    nats_tls_ca: str = ""
+    """An external NATS: the CA certificate (PEM) that signed the server's certificate
+    (empty: the system's CAs, when TLS is used at all)."""
+    nats_tls_cert: str = ""
+    """An external NATS: this client's certificate (PEM), with ``nats_tls_key``."""
+    nats_tls_key: str = ""
+    """An external NATS: the private key (PEM) of ``nats_tls_cert``."""
     policy_file: str = ""
     """The gatekeeper's tier-0 policy (YAML); empty: the built-in default policy."""
     ttsr: TtsrSettings = msgspec.field(default_factory=TtsrSettings)
@@ -290,10 +312,18 @@ ENV_VARS: Final[dict[str, str]] = {
     "TETHER_TELEGRAM_BASE_URL": "telegram_base_url",
     "TETHER_IDLE_TIMEOUT": "idle_timeout",
     "TETHER_BUDGET_USD": "budget_usd",
+    "TETHER_MASK_SECRETS_IN_MESSAGES": "mask_secrets_in_messages",
     "TETHER_SHELL_TIMEOUT": "shell_timeout",
     "TETHER_SANDBOX": "sandbox",
     "TETHER_DENY_TOOLS": "deny_tools",
     "TETHER_NATS_SERVER": "nats_server",
+    "TETHER_NATS_CREDENTIALS": "nats_credentials",
+    "TETHER_NATS_NKEY": "nats_nkey",
+    "TETHER_NATS_USER": "nats_user",
+    "TETHER_NATS_PASSWORD": "nats_password",
+    "TETHER_NATS_TLS_CA": "nats_tls_ca",
+    "TETHER_NATS_TLS_CERT": "nats_tls_cert",
+    "TETHER_NATS_TLS_KEY": "nats_tls_key",
     "TETHER_POLICY_FILE": "policy_file",
     "TETHER_TTSR_ENABLED": "ttsr.enabled",
     "ANTHROPIC_API_KEY": "anthropic_api_key",
@@ -303,8 +333,12 @@ ENV_VARS: Final[dict[str, str]] = {
 _FIELDS: Final[dict[str, msgspec.structs.FieldInfo]] = {
     f.name: f for f in msgspec.structs.fields(Settings)
 }
-_PATH_FIELDS: Final = ("state_dir", "workspace", "rules_dir", "nats_server", "policy_file")
-_SECRET_FIELDS: Final = frozenset({"anthropic_api_key", "telegram_token"})
+#: The files an external NATS server's login reads (see :func:`_check_nats_auth`).
+_NATS_AUTH_FILES: Final = ("nats_credentials", "nats_nkey", "nats_tls_ca", "nats_tls_cert",
+                           "nats_tls_key")
+_PATH_FIELDS: Final = ("state_dir", "workspace", "rules_dir", "nats_server", "policy_file",
+                       *_NATS_AUTH_FILES)
+_SECRET_FIELDS: Final = frozenset({"anthropic_api_key", "telegram_token", "nats_password"})
 _URL_FIELDS: Final = frozenset({"database_url", "nats_url", "anthropic_base_url"})
 _NATS_SCHEMES: Final = frozenset({"nats", "tls", "ws", "wss"})
 # URL query parameters of database_url -> eventsourcing's POSTGRES_* keys.
@@ -378,6 +412,7 @@ def load_settings_with_sources(
         sources[key] = f"env {var}"
 
     _check_urls(values, sources)
+    _check_nats_auth(values, sources)
     if "mcp" in values:
         _check_mcp(values["mcp"], _where("mcp", sources))
 
@@ -496,6 +531,37 @@ def _check_urls(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
             f"{_where('anthropic_base_url', sources)}: expected an http:// or https:// URL, "
             f"got {mask_url(base_url)!r}"
         )
+
+
+def _check_nats_auth(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    """Refuse an inconsistent login to an external NATS server: settings without
+    ``nats_url``, half a pair (user without password, certificate without key), several
+    ways to sign in, or a file that does not exist."""
+    given = [key for key in (*_NATS_AUTH_FILES, "nats_user", "nats_password")
+             if values.get(key)]
+    if not given:
+        return
+    if not values.get("nats_url"):
+        raise ConfigError(
+            f"{_where(given[0], sources)}: is for an external NATS server (nats_url); the "
+            "embedded server makes its own credentials (nats-credentials.json in the state "
+            "directory)")
+    for one, other in (("nats_user", "nats_password"), ("nats_password", "nats_user"),
+                       ("nats_tls_cert", "nats_tls_key"), ("nats_tls_key", "nats_tls_cert")):
+        if values.get(one) and not values.get(other):
+            raise ConfigError(f"{_where(one, sources)}: needs {other} too")
+    ways = [key for key in ("nats_credentials", "nats_nkey", "nats_user") if values.get(key)]
+    if "@" in urlsplit(values["nats_url"].split(",")[0].strip()).netloc:
+        ways.insert(0, "nats_url")
+    if len(ways) > 1:
+        raise ConfigError(
+            f"{_where(ways[1], sources)}: give one way to sign in to NATS (a user in "
+            "nats_url, nats_credentials, nats_nkey, or nats_user with nats_password), "
+            f"not {' and '.join(ways)}")
+    for key in _NATS_AUTH_FILES:
+        path = values.get(key)
+        if path and not os.path.isfile(path):
+            raise ConfigError(f"{_where(key, sources)}: no such file: {path}")
 
 
 def _check_mcp(mcp: McpSettings, where: str) -> None:

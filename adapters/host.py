@@ -34,9 +34,17 @@ from actors.session import NewSession, SessionActor, SessionConfig
 from actors.ttsr import TtsrMonitorActor, rule_folders
 from actors.ttsr_rules import Rule, load_rules
 from adapters.config import Settings
+from adapters.engine_lease import EngineLease
 from adapters.engine_lock import EngineLock
 from adapters.http_api import HttpApi
 from adapters.http_token import load_token
+from adapters.nats_auth import (
+    engine_auth,
+    load_credentials,
+    local_principal,
+    server_config,
+    settings_auth,
+)
 from adapters.nats_bus import NatsBus
 from adapters.nats_server import EmbeddedNats
 from adapters.relay import EventRelay
@@ -124,7 +132,7 @@ def build_sandbox(settings: Settings) -> tuple[Sandbox | Unconfined, SandboxRepo
 def known_secrets(settings: Settings) -> list[str]:
     """Secret values the redactor masks: the API key, URL passwords, and the values of
     this process's secret-looking environment variables."""
-    values = [settings.anthropic_api_key, settings.telegram_token]
+    values = [settings.anthropic_api_key, settings.telegram_token, settings.nats_password]
     for url in (settings.database_url, settings.nats_url):
         password = urlsplit(url).password if "://" in url else None
         if password:
@@ -196,6 +204,8 @@ class Host:
         self.start_actors = start_actors
         self.subjects = Subjects(settings.namespace)
         self.nats: EmbeddedNats | None = None
+        self.lease: EngineLease | None = None
+        """The namespace's lease on a shared NATS server (an engine with ``nats_url``)."""
         self.bus: NatsBus
         self.app: TetherApplication
         self.view: SessionView
@@ -262,15 +272,7 @@ class Host:
         prepare = getattr(self.provider, "prepare", None)
         warm = threading.Thread(target=prepare or (lambda: None), name="prepare", daemon=True)
         warm.start()
-        if not settings.nats_url:
-            self.nats = EmbeddedNats.from_settings(settings).start()
-            self._stack.append(self.nats.stop)
-            url_file = os.path.join(settings.state_dir, "nats.url")
-            with open(url_file, "w") as fh:
-                fh.write(self.nats.url + "\n")
-            self._stack.append(lambda: _remove(url_file))
-        self.bus = NatsBus(self.nats_url, name=f"tether-{settings.namespace}")
-        self._stack.append(self.bus.close)
+        self._start_bus()
         self._stack.append(self._close_provider)
         self.app = open_application(settings)
         self._stack.append(self.app.close)
@@ -294,6 +296,30 @@ class Host:
             self.mcp.wait_ready()  # a server that does not answer is retried later
         if self.start_actors:
             self._start_actors()
+
+    def _start_bus(self) -> None:
+        """The NATS server (embedded when no ``nats_url`` is set: with its users and their
+        permissions, ``adapters/nats_auth.py``), the bus signed in as the engine, and on a
+        shared server the namespace's lease (an engine only)."""
+        settings = self.settings
+        if settings.nats_url:
+            auth = settings_auth(settings)
+        else:
+            principal = local_principal()
+            credentials = load_credentials(settings.state_dir, [principal] if principal else [])
+            self.nats = EmbeddedNats.from_settings(
+                settings, config=server_config(credentials, self.subjects)).start()
+            self._stack.append(self.nats.stop)
+            url_file = os.path.join(settings.state_dir, "nats.url")
+            with open(url_file, "w") as fh:
+                fh.write(self.nats.url + "\n")
+            self._stack.append(lambda: _remove(url_file))
+            auth = engine_auth(credentials)
+        self.bus = NatsBus(self.nats_url, name=f"tether-{settings.namespace}", auth=auth)
+        self._stack.append(self.bus.close)
+        if settings.nats_url and self.start_actors:
+            self.lease = EngineLease(self.bus, settings.namespace, settings.state_dir).acquire()
+            self._stack.append(self.lease.release)
 
     def _follow(self, kind: type[V], purpose: str,
                 then: Callable[[], None] | None = None,
@@ -341,6 +367,7 @@ class Host:
             clock=self.clock,
             ids=self.ids,
             timeout=settings.approval_timeout,
+            approvers=settings.approvers,
         )
         self.router = system.start(
             NotificationRouterActor,
@@ -362,6 +389,8 @@ class Host:
             SessionManagerActor,
             [
                 Binding(subjects.inbox, UserMessage, queue="engine"),
+                # Connectors' inboxes: the subject names the sender (see the manager).
+                Binding(subjects.principal_inboxes, UserMessage, queue="engine"),
                 Binding(subjects.manager, ManagerMessage, queue="engine"),
             ],
             app=self.app,
@@ -375,7 +404,8 @@ class Host:
             redactor=self.redactor,
             limits=SessionLimits(max_sessions=settings.max_sessions,
                                  resumable=settings.resumable_sessions,
-                                 budget_usd=settings.budget_usd),
+                                 budget_usd=settings.budget_usd,
+                                 mask_secrets=settings.mask_secrets_in_messages),
         )
         self._stack.append(self._kill_all)
         if self.serve_http and settings.http_port:
@@ -383,7 +413,8 @@ class Host:
                 self.bus, self.subjects, token=load_token(settings.state_dir),
                 user=settings.http_user or getpass.getuser(), host=settings.http_host,
                 port=settings.http_port,
-                metrics=lambda: prometheus_text(self.metrics.snapshot()),
+                metrics=lambda: (prometheus_text(self.metrics.snapshot())
+                                 + self.relay.metrics_text()),
                 metrics_open=settings.http_metrics_open,
                 allowed_hosts=settings.http_allowed_hosts,
                 cors_origins=settings.http_cors_origins).start()
@@ -424,6 +455,7 @@ class Host:
             idle_timeout=self.settings.idle_timeout,
             safety_net=self.settings.safety_net,
             auto_approve=list(self.settings.auto_approve),
+            approvers=self.settings.approvers,
         )
 
     def spawn_session(self, session_id: str, new: NewSession | None) -> list[ActorHandle]:

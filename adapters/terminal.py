@@ -1,13 +1,15 @@
 """The terminal connector: type a message, watch the reply stream in.
 
-It is an ordinary bus client: it publishes UserMessages on ``<ns>.inbox`` with its own
-channel name and prints what arrives on ``<ns>.channel.<channel>.out``. A turn ends at its
-``completed`` or ``failed`` notice.
+It is an ordinary bus client: it publishes UserMessages on its user's inbox
+``<ns>.inbox.<user>`` (the only one a connector's NATS user may publish on; the engine takes
+the sender from that subject) with its own channel name and prints what arrives on
+``<ns>.channel.<channel>.out``. A turn ends at its ``completed`` or ``failed`` notice.
 """
 
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import queue
 import sys
@@ -39,9 +41,17 @@ class TerminalConnector:
         out: TextIO | None = None,
         workspace: str = "",
         answer: Callable[[str], str] | None = None,
+        user: str = "",
     ) -> None:
         self.bus = bus
         self.subjects = subjects
+        self.user = user or getpass.getuser()
+        """The principal this terminal's messages come from: the OS user running it."""
+        try:
+            self.inbox_subject = subjects.inbox_for(self.user)
+        except ValueError:  # a user name that is no subject token: only an engine's bus
+            self.inbox_subject = subjects.inbox  # may send there, with ``user`` trusted
+        """Where its messages go: ``<ns>.inbox.<user>``."""
         self.channel = channel or f"terminal-{os.getpid()}"
         self.out = out or sys.stdout
         self.workspace = workspace
@@ -67,12 +77,13 @@ class TerminalConnector:
         """Send a message (continuing the current session) and return the session id."""
         accepted = ask(
             self.bus,
-            self.subjects.inbox,
+            self.inbox_subject,
             UserMessage(
                 text=text,
                 channel=self.channel,
                 session_id=self.session_id,
                 workspace=self.workspace,
+                user=self.user,
             ),
             Accepted,
             timeout=timeout,

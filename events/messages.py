@@ -549,6 +549,9 @@ class ApprovalRequest(Message):
     summary: str
     reason: str
     channel: Token
+    owner: str = ""
+    """The session's owner: with the approvers named for ``channel``, the only one whose
+    answer is taken."""
 
 
 class QuestionRequest(Message):
@@ -560,6 +563,9 @@ class QuestionRequest(Message):
     question: str
     channel: Token
     options: list[str] = []
+    owner: str = ""
+    """The session's owner: with the approvers named for ``channel``, the only one whose
+    answer is taken."""
 
 
 class PlanReviewRequest(Message):
@@ -573,6 +579,9 @@ class PlanReviewRequest(Message):
     plan: str
     source: Literal["file", "written", "streamed", "fallback"]
     channel: Token
+    owner: str = ""
+    """The session's owner: with the approvers named for ``channel``, the only one whose
+    answer is taken."""
 
 
 class InteractionOpened(Message):
@@ -612,6 +621,8 @@ class InteractionAnswer(Message):
     call_id: str = ""
     interaction_id: str = ""
     reason: str = ""
+    channel: OptionalToken = ""
+    """The chat the answer came from (told when it is refused)."""
 
 
 class PlanAnswer(Message):
@@ -622,6 +633,8 @@ class PlanAnswer(Message):
     choice: Literal["proceed", "clean_proceed", "adjust"]
     user: str
     feedback: str = ""
+    channel: OptionalToken = ""
+    """The chat the answer came from (told when it is refused)."""
 
 
 class ChatText(Message):

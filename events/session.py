@@ -75,11 +75,18 @@ class Session(Aggregate):
         multi_turn: bool = True
         budget_usd: float = 0.0
         origin: str = ""
+        owner: str = ""
 
     @event(Created)
     def __init__(self, session_id: str, name: str, workspace: str, model: str, channel: str,
-                 multi_turn: bool = True, budget_usd: float = 0.0, origin: str = ""):
+                 multi_turn: bool = True, budget_usd: float = 0.0, origin: str = "",
+                 owner: str = ""):
         self.session_id = session_id
+        self.owner = owner
+        """The principal whose message started the session (a fork: who forked it). With
+        the approvers the settings name, the only one who may approve its calls, answer
+        its questions, review its plans and change its mode. Sessions stored before owners
+        were recorded belong to the user of their first message."""
         self.origin = origin
         """Where background notices go, when given explicitly (a route)."""
         self.multi_turn = multi_turn
@@ -125,6 +132,8 @@ class Session(Aggregate):
 
     @event("UserMessageReceived")
     def receive_user_message(self, text: str, channel: str, user: str) -> None:
+        if not self.owner:
+            self.owner = user
         # A queued message is taken up in order: receiving it removes it from the queue.
         if self.queued and self.queued[0] == QueuedMessage(text, channel, user):
             self.queued.pop(0)

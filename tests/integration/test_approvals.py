@@ -14,6 +14,7 @@ from adapters.fake_llm import FakeLLM
 from adapters.host import Host
 from events.messages import Killed, KillSession, ToolResultBlock
 from tests.helpers import say as say_as
+from tests.helpers import wait_until
 
 SCRIPT = """
 responses:
@@ -58,7 +59,7 @@ def test_approve_runs_and_text_rejects(
         asked = channel.wait_for("approval").text
         assert "git push origin main" in asked and "a person (tier 3)" in asked
         interaction = asked.split()[1].rstrip(":")
-        say(host, f"/approve {interaction}", sid, user="bo")
+        say(host, f"/approve {interaction}", sid)
         channel.wait_for("completed")
         result = result_of(host, sid)
         assert "exit code" in result.content  # it ran (git fails outside a repository)
@@ -66,7 +67,7 @@ def test_approve_runs_and_text_rejects(
                    if type(e).__name__ == "ToolCallDecided"]
         assert [(e.decision, e.tier) for e in decided] == [("escalate", "escalation"),
                                                          ("allow", "human")]
-        assert "approved by bo" in decided[-1].reason
+        assert "approved by ana" in decided[-1].reason
 
         say(host, "publish it again", sid)
         channel.wait_for("approval")
@@ -167,5 +168,52 @@ def test_a_wrong_id_approves_nothing_and_timeouts_are_not_people(
         decided = [e for e in host.app.session_events(sid2)
                    if type(e).__name__ == "ToolCallDecided"]
         assert (decided[-1].decision, decided[-1].tier) == ("deny", "approval-timeout")
+    finally:
+        host.stop()
+
+
+def _calls(host: Host, sid: str, kind: str) -> list[Any]:
+    return [e for e in host.app.session_events(sid) if type(e).__name__ == kind]
+
+
+def test_only_the_owner_or_a_named_approver_decides(
+    make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
+    watch_channel: Callable[..., Any],
+) -> None:
+    """bo may not approve ana's call, deny it by text, or switch her session to auto mode;
+    each try is refused and recorded, and the call still waits for ana. An approver the
+    settings name for the chat may decide."""
+    llm = fake_llm(SCRIPT + SCRIPT.split("responses:\n", 1)[1] * 3)
+    settings = make_settings(anthropic_base_url=llm.base_url,
+                             approvers={"test": ["carol"]})
+    host = Host(settings, provider=AnthropicProvider(None, llm.base_url)).start()
+    try:
+        channel = watch_channel(host, "test")
+        bo_sees = watch_channel(host, "bo-chat")
+        sid = say(host, "please publish it")
+        interaction = channel.wait_for("approval").text.split()[1].rstrip(":")
+        say_as(host, f"/approve {interaction}", sid, channel="bo-chat", user="bo")
+        assert "bo may not approve" in bo_sees.wait_for("error").text
+        say_as(host, "no, never", sid, channel="bo-chat", user="bo")  # a no by text
+        assert "bo may not answer approvals" in bo_sees.wait_for("error").text
+        say_as(host, "/edit", sid, channel="bo-chat", user="bo")
+        assert "bo may not change the mode" in bo_sees.wait_for("status").text
+        session = host.app.session(sid)
+        assert session is not None and session.mode == "default"
+        assert [e.tier for e in _calls(host, sid, "ToolCallDecided")] == ["escalation"]
+        assert not _calls(host, sid, "ToolCallStarted")  # nothing ran, nothing refused
+
+        say_as(host, f"/approve {interaction}", sid, user="carol")  # a named approver
+        channel.wait_for("completed")
+        decided = _calls(host, sid, "ToolCallDecided")
+        assert "approved by carol" in decided[-1].reason
+        assert _calls(host, sid, "ToolCallStarted")
+
+        wait_until(lambda: len(host.audit.refusals("bo")) == 3, "the audit index")
+        refused = host.audit.refusals("bo")
+        assert [(r.kind, r.channel) for r in refused] == [("not_approver", "bo-chat")] * 3
+        assert [r.excerpt for r in refused] == [f"/approve {interaction}", "no, never",
+                                                "/edit"]
+        assert not host.audit.refusals("carol") and not host.audit.refusals("ana")
     finally:
         host.stop()

@@ -539,7 +539,7 @@ responses:
     middle = tree(host, sid)
     assert [n.role for n in middle.nodes] == ["system", "user", "assistant"]
     assert middle.cursor == middle.nodes[-1].node_id  # the call, not half its results
-    say(host, f"/approve {asked.split()[1].rstrip(':')}", sid, user="bo")
+    say(host, f"/approve {asked.split()[1].rstrip(':')}", sid)
     channel.wait_for("completed")
     events = watcher.until_end()
     forest = host.app.forest(sid)

@@ -107,7 +107,7 @@ def test_proceed_keeps_the_context_and_implements_in_auto_mode(
         "system"]
     assert {t["name"] for t in first["tools"]} >= {"ExitPlanMode", "AskUserQuestion"}
 
-    say(host, "/proceed", sid, user="bo")
+    say(host, "/proceed", sid, user="ana")
     channel.wait_for("completed")  # the planning turn
     channel.wait_for("completed")  # the implementation turn
     assert (workspace / "hello.txt").read_text() == "hello"
@@ -115,9 +115,9 @@ def test_proceed_keeps_the_context_and_implements_in_auto_mode(
     proposed = events_named(host, "PlanProposed")
     assert [(p.source, p.plan) for p in proposed] == [
         ("file", "1. write hello.txt\n2. read it back")]
-    assert [(r.choice, r.by) for r in events_named(host, "PlanReviewed")] == [("proceed", "bo")]
+    assert [(r.choice, r.by) for r in events_named(host, "PlanReviewed")] == [("proceed", "ana")]
     modes = [(m.mode, m.reason) for m in events_named(host, "ModeChanged")]
-    assert modes == [("plan", "the configured starting mode"), ("auto", "plan approved by bo")]
+    assert modes == [("plan", "the configured starting mode"), ("auto", "plan approved by ana")]
     exit_result = next(r for r in results(host) if "approved the plan" in r.content)
     assert not exit_result.is_error
 
@@ -143,7 +143,7 @@ def test_clean_proceed_starts_the_implementation_with_a_fresh_context(
     channel.wait_for("status")
     say(host, "add a greeting file", sid)
     review(channel)
-    say(host, "/clean", sid, user="bo")
+    say(host, "/clean", sid)
     channel.wait_for("completed")
     channel.wait_for("completed")
 
@@ -176,7 +176,7 @@ def test_adjust_sends_the_feedback_back_and_stays_in_plan_mode(
     channel = watch_channel(host, "test")
     sid = say(host, "add a greeting file")
     review(channel)
-    say(host, "also say goodbye", sid, user="bo")  # plain text: feedback
+    say(host, "also say goodbye", sid)  # plain text: feedback
     second = review(channel)
     assert "2. bye.txt" in second
 

@@ -56,3 +56,42 @@ def test_secrets_are_masked_before_storing_and_sending(
         assert KEY not in repr(vars(event))
     # The model itself was only ever shown the masked tool output.
     assert KEY not in str(llm.requests[-1]["messages"])
+
+
+PGP = ("-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBGVmZXJ" + "x" * 60
+       + "\n=AbCd\n-----END PGP PRIVATE KEY BLOCK-----")
+
+
+def test_secrets_a_user_pastes_are_masked_before_anything_keeps_them(
+    fake_llm: Callable[[str], FakeLLM],
+    make_host: Callable[..., Host],
+    watch_channel: Callable[..., Any],
+) -> None:
+    llm = fake_llm("responses: [{match: 'key', blocks: [{text: 'Noted.'}]}]\n")
+    host = make_host(llm)
+    channel = watch_channel(host, "test")
+    text = f"{KEY} is my key, and my signing key:\n{PGP}"
+    sid = ask(host.bus, host.subjects.inbox, UserMessage(text=text, channel="test"),
+              Accepted).session_id
+    channel.wait_for("completed")
+    session = host.app.session(sid)
+    assert session is not None
+    assert KEY[:20] not in session.name  # the name comes from the masked text too
+    for event in host.app.session_events(sid):
+        assert KEY not in repr(vars(event)) and "lQOYBGVmZXJ" not in repr(vars(event))
+    said = str(llm.requests[-1]["messages"])
+    assert KEY not in said and "lQOYBGVmZXJ" not in said and "is my key" in said
+
+
+def test_masking_users_messages_can_be_turned_off(
+    fake_llm: Callable[[str], FakeLLM],
+    make_host: Callable[..., Host],
+    watch_channel: Callable[..., Any],
+) -> None:
+    llm = fake_llm("responses: [{match: 'key', blocks: [{text: 'Noted.'}]}]\n")
+    host = make_host(llm, mask_secrets_in_messages=False)
+    channel = watch_channel(host, "test")
+    ask(host.bus, host.subjects.inbox, UserMessage(text=f"use the key {KEY}", channel="test"),
+        Accepted)
+    channel.wait_for("completed")
+    assert KEY in str(llm.requests[-1]["messages"])  # as typed: the user chose to
