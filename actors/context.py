@@ -392,18 +392,19 @@ def _summarized_block(block: Any) -> Any:
 
 
 def summarize_stale_results(messages: list[Msg], keep_turns: int = KEEP_TURNS) -> list[Msg]:
-    """``messages`` with each tool result more than ``keep_turns`` turns old replaced by a
+    """``messages`` with each tool result ``keep_turns`` or more turns old replaced by a
     one-line summary (see :func:`summarize_result`); for what is sent, never what is stored.
 
     Age counts turns ago: the current (last) turn is 0 turns old, the one before it 1,
-    and so on (turns are defined above), so the current turn and the ``keep_turns``
-    before it keep their results whole. A result keeps its ``tool_use_id`` and ``is_error``; a
-    summary is not summarized again, and a result the summary would not shorten stays.
+    and so on (turns are defined above), so the current turn and the ``keep_turns - 1``
+    before it keep their results whole (seed 001: ``current - turn >= 4`` is stale). A
+    result keeps its ``tool_use_id`` and ``is_error``; a summary is not summarized again,
+    and a result the summary would not shorten stays.
     ``messages`` (Turns or API dicts) is not changed: changed messages are new objects,
     unchanged ones are shared with the input (treat the result as read-only).
     """
-    if keep_turns < 0:
-        raise ValueError("keep_turns must be >= 0")
+    if keep_turns < 1:
+        raise ValueError("keep_turns must be >= 1")
     numbers = turn_numbers(messages)
     current = numbers[-1] if numbers else 0
     out: list[Msg] = []
@@ -411,7 +412,7 @@ def summarize_stale_results(messages: list[Msg], keep_turns: int = KEEP_TURNS) -
         # the results of a mixed message answer the turn before the one its text starts
         results_turn = number - 1 if starts_turn(message) else number
         age = current - results_turn
-        if age <= keep_turns:
+        if age < keep_turns:
             out.append(message)
             continue
         blocks = _blocks(message)
@@ -533,7 +534,7 @@ def shape_messages(history: list[Turn], keep_turns: int = KEEP_TURNS) -> list[di
 # --- compaction ---------------------------------------------------------------------------
 
 RESERVE_TOKENS = 4096
-BUDGET_FLOOR = 8192
+BUDGET_FLOOR = 4096
 """The smallest budget: when the system prompt leaves less, compaction still aims at a
 usable size (the request may then not fit; :func:`clamp_max_tokens` and the API say so)."""
 COMPACT_AT_PERCENT = 70

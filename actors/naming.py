@@ -1,4 +1,5 @@
-"""Session names made from the first prompt: the first three meaningful words."""
+"""Session names made from the first prompt: the first three meaningful words (not stop
+words, at least two characters long: seed 002)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ STOP_WORDS = frozenset(
 
 def name_from_prompt(prompt: str, taken: Container[str]) -> str:
     """A short slug such as ``fix-login-bug``, suffixed ``-2``, ``-3``... if taken."""
-    words = [w for w in re.findall(r"[a-z0-9]+", prompt.lower()) if w not in STOP_WORDS]
+    words = [w for w in re.findall(r"[a-z0-9]+", prompt.lower())
+             if len(w) >= 2 and w not in STOP_WORDS]
     base = "-".join(words[:3]) or "session"
     name, n = base, 1
     while name in taken:

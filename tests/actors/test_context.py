@@ -236,19 +236,20 @@ def test_turns_start_at_user_messages_without_tool_results() -> None:
 # stale tool results
 
 
-def test_results_more_than_four_turns_old_are_summarized() -> None:
-    history = _history(6)
+def test_results_four_turns_old_are_summarized() -> None:
+    history = _history(5)
     shaped = summarize_stale_results(history)
     results = _results(shaped)
-    # turn 1 is 5 turns old (the current turn, 6, is 0 turns old): summarized
+    # turn 1 is 4 turns old (the current turn, 5, is 0 turns old): seed 001 summarizes
+    # once current - turn >= 4
     assert results["tu_1"].startswith(SUMMARY_MARK)
     assert "\n" not in results["tu_1"]
-    # turns 2..6 are at most 4 turns old: whole
-    assert [results[f"tu_{n}"] for n in range(2, 7)] == [BIG] * 5
+    # turns 2..5 are at most 3 turns old: whole
+    assert [results[f"tu_{n}"] for n in range(2, 6)] == [BIG] * 4
 
 
-def test_a_result_four_turns_old_is_kept_whole() -> None:
-    history = _history(5)  # turn 1 is 4 turns old: not more than 4
+def test_a_result_three_turns_old_is_kept_whole() -> None:
+    history = _history(4)  # turn 1 is 3 turns old
     assert summarize_stale_results(history) == history
 
 
@@ -256,9 +257,9 @@ def test_summaries_follow_as_turns_pass() -> None:
     history = _history(7)
     results = _results(summarize_stale_results(history))
     assert [results[f"tu_{n}"].startswith(SUMMARY_MARK) for n in range(1, 8)] == [
-        True, True, False, False, False, False, False]
+        True, True, True, False, False, False, False]
     results = _results(summarize_stale_results(history, keep_turns=1))
-    assert [results[f"tu_{n}"] == BIG for n in range(1, 8)] == [False] * 5 + [True] * 2
+    assert [results[f"tu_{n}"] == BIG for n in range(1, 8)] == [False] * 6 + [True]
 
 
 def test_summarizing_never_changes_the_stored_history() -> None:
@@ -538,24 +539,31 @@ def test_split_at_a_reminder_keeps_the_round_before_it_whole() -> None:
 
 
 def test_plan_compaction_triggers_at_70_percent_of_the_budget() -> None:
-    big = "x" * 4000  # about 1,000 tokens per message
+    big = "x" * 2000  # about 500 tokens per message
     history = [Turn("user" if i % 2 == 0 else "assistant", [TextBlock(f"{i} {big}")])
                for i in range(12)]
-    # the budget is the floor, 8,192 tokens; the trigger 5,734: five messages stay under
-    assert plan_compaction(history[:5], system="s", window=10_000) is None
-    assert plan_compaction(history[:6], system="s", window=10_000) is not None
-    plan = plan_compaction(history, system="s", window=10_000)
+    # a 6,000-token window leaves less than the floor, so the budget is the floor: 4,096
+    # tokens (seed 001); the trigger 2,867: five messages stay under
+    assert context.BUDGET_FLOOR == 4096
+    assert plan_compaction(history[:5], system="s", window=6_000) is None
+    assert plan_compaction(history[:6], system="s", window=6_000) is not None
+    plan = plan_compaction(history, system="s", window=6_000)
     assert plan is not None and plan.budget == context.BUDGET_FLOOR
     assert plan.tokens == estimate_history_tokens(history) >= plan.budget * 70 // 100
-    # the recent part (within 30% of 8,192 tokens: 2,457) is the last user message and
+    # the recent part (within 30% of 4,096 tokens: 1,228) is the last user message and
     # the reply to it
     assert plan.replaced == 10 and plan.older == history[:10]
     # a bigger window leaves the same history under the trigger
     assert plan_compaction(history, system="s", window=200_000) is None
     # a measure the caller already has decides the trigger; the split is the same
-    assert plan_compaction(history, system="s", window=10_000, sent_tokens=100) is None
-    given = plan_compaction(history[:5], system="s", window=10_000, sent_tokens=6000)
-    assert given is not None and given.tokens == 6000 and given.replaced == 4
+    assert plan_compaction(history, system="s", window=6_000, sent_tokens=100) is None
+    given = plan_compaction(history[:5], system="s", window=6_000, sent_tokens=3000)
+    assert given is not None and given.tokens == 3000 and given.replaced == 4
+
+
+def test_the_budget_of_an_8000_token_window_is_within_the_window() -> None:
+    assert context_budget(10_000, 100) == 10_000 - 100 - 4096  # above the floor
+    assert context_budget(8_000, 4_000) == 4096 < 8_000  # the floor
 
 
 def test_plan_compaction_leaves_room_for_the_tool_definitions() -> None:
@@ -583,7 +591,7 @@ def test_plan_compaction_measures_the_history_as_sent() -> None:
 def test_plan_compaction_does_not_summarize_a_summary_alone() -> None:
     recent = [Turn("user", [TextBlock("z" * 9000)]), Turn("assistant", [TextBlock("ok")])]
     history = [summary_message("earlier " * 2500), *recent]
-    assert plan_compaction(history, system="s", window=10_000) is None
+    assert plan_compaction(history, system="s", window=12_000) is None
 
 
 def test_context_window_override_and_clamp() -> None:

@@ -17,7 +17,9 @@ from actors.naming import name_from_prompt
         ("", "session"),
         ("the and of to", "session"),
         ("¿¡!!", "session"),
-        ("Résumé parser", "r-sum-parser"),  # ASCII only
+        ("Résumé parser", "sum-parser"),  # ASCII only; "r" is too short
+        ("a b c x y refactor parser module", "refactor-parser-module"),  # seed 002: >= 2
+        ("x 1 go", "go"),
     ],
 )
 def test_name_is_first_three_meaningful_words(prompt: str, name: str) -> None:

@@ -13,11 +13,11 @@ from actors.context import MEMORY_PROMPT, SUMMARY_PREFIX, SUMMARY_PROMPT
 from tests.conftest import Engine
 from tests.helpers import say, wait_until
 
-# A 10,000-token window leaves the budget's floor, 8,192 tokens: compaction starts at
-# 5,734. Each message below is about 2,000 tokens, so the third turn crosses the line
-# and the last message (within 30% of the budget) is kept.
-WINDOW = 10_000
-BIG = "alpha beta gamma delta " * 350  # 8,050 characters, about 2,000 tokens
+# A 6,000-token window leaves the budget's floor, 4,096 tokens (seed 001): compaction
+# starts at 2,867. Each message below is about 1,000 tokens, so the third turn crosses the
+# line and the last message (within 30% of the budget) is kept.
+WINDOW = 6_000
+BIG = "alpha beta gamma delta " * 175  # 4,025 characters, about 1,000 tokens
 
 
 def turn(word: str) -> str:
@@ -47,7 +47,7 @@ def three_turns(host: Any, channel: Any) -> str:
     channel.wait_for("completed")
     say(host, turn("second"), sid)
     channel.wait_for("completed")
-    assert "HistoryCompacted" not in names(host, sid)  # 4,000 tokens: under the trigger
+    assert "HistoryCompacted" not in names(host, sid)  # 2,000 tokens: under the trigger
     say(host, turn("third"), sid)
     channel.wait_for("completed")
     return sid
@@ -83,8 +83,8 @@ def test_a_full_history_is_summarized_and_its_facts_flushed_to_memory(
     assert flushed.facts == ["The user prefers tabs.", "Deploys run on Fridays."]
     assert flushed.heading == "## 2026-01-01"
     compacted = next(e for e in events if type(e).__name__ == "HistoryCompacted")
-    assert compacted.replaced == 4 and compacted.budget == 8192
-    assert compacted.tokens_before >= 5734 > compacted.tokens_after
+    assert compacted.replaced == 4 and compacted.budget == 4096
+    assert compacted.tokens_before >= 2867 > compacted.tokens_after
     assert names(host, sid).index("MemoryFlushed") < names(host, sid).index(
         "HistoryCompacted")
 
