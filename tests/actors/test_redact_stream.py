@@ -12,7 +12,8 @@ from collections.abc import Iterable
 
 import pytest
 
-from actors.redact import CAP, MASK, Redactor, StreamRedactor
+from actors.redact import CAP, MASK, Redactor, StreamRedactor, _Located
+from actors.redact_scan import load_hyperscan
 
 CONFIGURED = ["configured-secret-value-42", "nats-Pa55word!", "db-pass-0000"]
 
@@ -66,9 +67,23 @@ def random_split(text: str, rng: random.Random, max_len: int = 12) -> list[str]:
     return parts
 
 
+ENGINES = [
+    "re",
+    pytest.param("hyperscan", marks=pytest.mark.skipif(
+        load_hyperscan() is None, reason="hyperscan is not installed")),
+]
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    """Each engine in turn."""
+    return str(request.param)
+
+
 @pytest.fixture
-def redactor() -> Redactor:
-    return Redactor(CONFIGURED)
+def redactor(engine: str) -> Redactor:
+    """The configured redactor on each engine; hyperscan on every buffer, however short."""
+    return Redactor(CONFIGURED, engine=engine, hs_min=0)
 
 
 @pytest.mark.parametrize(("secret_text", "secret"), CORPUS)
@@ -243,3 +258,86 @@ def test_whole_text_agrees_with_the_original_shapes() -> None:
     assert r.text("ANTHROPIC_API_KEY=sk-ant-x") == f"ANTHROPIC_API_KEY={MASK}"
     assert r.text("auth: short") == "auth: short"  # values under six characters stay
     assert r.text("a task-manager-for-everyone-here") == "a task-manager-for-everyone-here"
+
+
+# --- the engines agree delta by delta -------------------------------------------------------
+
+REFERENCE = Redactor(CONFIGURED, engine="re", memo=0)
+"""The re engine without the step memo: what every other configuration must reproduce."""
+
+EXTRA = [
+    "pa\u017fsword=", "api_\u212aey: ", "\u0130", "\u0131", "\u00e9", "\u00a0", "\x1c", "\u2003",
+    "\U0001f600", "\ud800", "Bearer\u2003", "=", "eyJ", "AKIA", "-----BEGIN ", "PRIVATE KEY-----",
+    "glpat-", "xoxb-", "12345678901234567890", "abcdefghijklmnop", "nats-Pa55word!",
+]
+
+
+def steps(r: Redactor, deltas: Iterable[str]) -> list[tuple[str, int]]:
+    """What each ``feed`` returned and how much it then held, then what ``flush`` returned."""
+    stream = r.stream()
+    out = [(stream.feed(d), stream.held) for d in deltas]
+    out.append((stream.flush(), stream.held))
+    return out
+
+
+def test_engines_and_the_memo_agree_on_every_step(redactor: Redactor) -> None:
+    rng = random.Random(2024)
+    memo_off = Redactor(CONFIGURED, engine=redactor.engine, hs_min=0, memo=0)
+    for _ in range(300):
+        text = "".join(rng.choice(FRAGMENTS + EXTRA) for _ in range(rng.randint(1, 30)))
+        for _ in range(3):
+            deltas = random_split(text, rng, rng.choice([1, 2, 5, 9, 40]))
+            want = steps(REFERENCE, deltas)
+            assert steps(redactor, deltas) == want, (text, deltas)
+            assert steps(memo_off, deltas) == want, (text, deltas)
+        assert redactor.text(text) == REFERENCE.text(text)
+
+
+@pytest.mark.parametrize(("secret_text", "secret"), CORPUS[:: 3])
+def test_random_chunkings_of_a_secret_agree_with_the_re_engine(
+    redactor: Redactor, secret_text: str, secret: str
+) -> None:
+    text = f"{PROSE}{secret_text}\n{PROSE}{secret_text}"
+    whole = REFERENCE.text(text)
+    assert secret not in whole and redactor.text(text) == whole
+    rng = random.Random(len(text))
+    for _ in range(60):
+        deltas = random_split(text, rng, rng.choice([1, 3, 7, 16, 17, 64, 300]))
+        assert steps(redactor, deltas) == steps(REFERENCE, deltas)
+
+
+def test_a_large_clean_stream_with_secrets_at_both_ends(redactor: Redactor) -> None:
+    first, last = CORPUS[0][0], CORPUS[7][0]  # an Anthropic key, a private key block
+    clean = (PROSE * 2000)[:-1]
+    text = f"{first} {clean}\n{last}"
+    whole = redactor.text(text)
+    assert whole == f"{MASK} {clean}\n{MASK}" == REFERENCE.text(text)
+    rng = random.Random(11)
+    for size in (5, 64, 4096, 100_000):
+        out, held = run(redactor.stream(), random_split(text, rng, size))
+        assert out == whole and held <= CAP
+
+
+@pytest.mark.skipif(load_hyperscan() is None, reason="hyperscan is not installed")
+def test_the_locator_answers_like_re_at_every_position() -> None:
+    """Where the next match starts and from where a match could still be forming, from every
+    position, with every kind of character before the buffer."""
+    secrets = [*CONFIGURED, "long-" + "Zq9" * 30]  # a value too long for the could pattern
+    on_hs = Redactor(secrets, engine="hyperscan", hs_min=0)
+    on_re = Redactor(secrets, engine="re")
+    rng = random.Random(77)
+    pieces = FRAGMENTS + EXTRA + [s for s, _ in CORPUS] + ["long-", "Zq9" * 12]
+    for _ in range(120):
+        ctx = rng.choice(["", " ", "a", "_", "\u00e9"])
+        work = ctx + "".join(rng.choice(pieces) for _ in range(rng.randint(1, 20)))
+        end = len(work)
+        matches, holds = _Located(on_hs, work, heads=True), _Located(on_hs, work, heads=True)
+        stream = StreamRedactor(on_re)
+        for q in range(len(ctx), end):
+            want = on_re._full.search(work, q, end)
+            got = matches.search(work, q, end)
+            assert (got is None) == (want is None), (work, q)
+            if got is not None and want is not None:
+                assert (got.start(got.lastgroup), got.end(), got.lastgroup, got.groupdict()) == (
+                    want.start(), want.end(), want.lastgroup, want.groupdict()), (work, q)
+            assert holds.could_start(work, q, end) == stream._could_start(work, q, end), (work, q)
