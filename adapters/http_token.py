@@ -7,10 +7,10 @@ stops working at the next start of ``tether serve``). ``tether token`` shows it.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
-import stat
+
+from adapters.private_file import ExposedFile, read_private, write_private
 
 TOKEN_FILE = "http-token"
 
@@ -29,17 +29,15 @@ def load_token(state_dir: str) -> str:
     readable by anyone but its owner, or empty."""
     path = token_path(state_dir)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
+        text = read_private(path, "`tether token --rotate` to make a new one")
+    except ExposedFile as exc:
+        raise TokenError(str(exc)) from None
+    if text is None:
         try:
             return _write(path, exclusive=True)
         except FileExistsError:  # another process made it meanwhile
             return load_token(state_dir)
-    with os.fdopen(fd, encoding="ascii") as handle:
-        if stat.S_IMODE(os.fstat(handle.fileno()).st_mode) & 0o077:
-            raise TokenError(f"{path} can be read by others: run `chmod 600 {path}`, or "
-                             f"`tether token --rotate` to make a new one")
-        token = handle.read().strip()
+    token = text.strip()
     if not token:
         raise TokenError(f"{path} is empty: run `tether token --rotate`")
     return token
@@ -52,15 +50,5 @@ def rotate_token(state_dir: str) -> str:
 
 def _write(path: str, *, exclusive: bool) -> str:
     token = secrets.token_urlsafe(32)
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    target = path if exclusive else f"{path}.new"
-    if not exclusive:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(target)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as handle:
-        handle.write(token + "\n")
-    if not exclusive:
-        os.replace(target, path)
+    write_private(path, token + "\n", exclusive=exclusive)
     return token
-

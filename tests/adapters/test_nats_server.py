@@ -175,3 +175,32 @@ def test_other_version_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -
     with EmbeddedNats(tmp_path / "nats", binary=str(wrapper)) as srv:
         assert srv.version == "2.99.0" and srv.running
     assert "2.99.0" in caplog.text and "2.15.x" in caplog.text
+
+
+AUTH = """authorization {
+  users = [ {user: "only", password: "secret-enough-for-a-test"} ]
+}
+"""
+
+
+def test_config_is_owner_only_and_applies_after_a_restart(tmp_path: Path) -> None:
+    async def login(url: str, **auth: str) -> bool:
+        try:
+            nc = await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0,
+                                    connect_timeout=2, **auth)
+        except nats.errors.Error:
+            return False
+        await nc.close()
+        return True
+
+    with EmbeddedNats(tmp_path / "nats", config=AUTH) as srv:
+        assert srv.port != SHARED_PORT
+        assert stat.S_IMODE(os.stat(srv.config_path).st_mode) == 0o600
+        for _ in range(2):  # the first start, then a restart on the same port
+            assert not asyncio.run(login(srv.url))
+            assert asyncio.run(login(srv.url, user="only", password="secret-enough-for-a-test"))
+            srv.kill()
+            srv.restart()
+    with EmbeddedNats(tmp_path / "plain") as plain:  # no config: no file, anyone may connect
+        assert asyncio.run(login(plain.url))
+        assert not os.path.exists(plain.config_path)
