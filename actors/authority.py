@@ -1,9 +1,9 @@
 """Who may decide for a session: approve its calls, answer its questions, review its
 plans, change its mode.
 
-Its owner (the principal whose message started it, or who forked it) and the approvers
-the settings name for the chat it asks in (``approvers = {channel = [users]}``; the
-channel ``"*"`` names approvers for every chat). Anyone else who tries is refused, and
+Its owner (the principal whose message started it; a fork's is its source's) and the
+approvers the settings name for the chat it asks in (``approvers = {channel = [users]}``;
+the channel ``"*"`` names approvers for every chat). Anyone else who tries is refused, and
 the refusal is recorded (``tether audit --refused``).
 """
 

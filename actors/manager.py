@@ -130,6 +130,11 @@ class SessionManagerActor(TetherActor):
         return self._names
 
     def handle(self, message: Any, envelope: Envelope | None) -> None:
+        if envelope is not None and envelope.reply and not envelope.reply.startswith(
+                "_INBOX."):
+            # Connectors may publish here: the engine answers only request inboxes, never
+            # a subject the sender names (a session's, say).
+            envelope = msgspec.structs.replace(envelope, reply="")
         if isinstance(message, UserMessage):
             authenticated = self._authenticate(message, envelope)
             if authenticated is not None:
@@ -159,7 +164,8 @@ class SessionManagerActor(TetherActor):
         request inbox (``_INBOX.…``), never to a subject the sender names. On the bare
         ``<ns>.inbox`` (engine-role publishers, which authenticate their users
         themselves) or in process: ``user`` as given. Anywhere else (``<ns>.manager``,
-        which connectors may publish on too): refused with ``bad_request``.
+        which connectors may publish on too): refused with ``bad_request``. (Replies go
+        only to request inboxes, ``_INBOX.…``, whatever the subject: :meth:`handle`.)
         """
         if envelope is None or envelope.subject == self.subjects.inbox:
             return message, envelope
@@ -169,8 +175,6 @@ class SessionManagerActor(TetherActor):
                 f"user messages go to {self.subjects.inbox}.<principal>, not "
                 f"{envelope.subject}")))
             return None
-        if envelope.reply and not envelope.reply.startswith("_INBOX."):
-            envelope = msgspec.structs.replace(envelope, reply="")
         return msgspec.structs.replace(message, user=principal), envelope
 
     def _on_user_message(self, message: UserMessage, envelope: Envelope | None) -> None:
@@ -312,7 +316,8 @@ class SessionManagerActor(TetherActor):
         self._copy_rule_log(source_id, sid, before_turn=source.completed_turns, only=only)
         self.live[sid] = self.spawn(sid, NewSession(
             name=name, workspace=source.workspace, channel=message.channel,
-            budget_usd=self.limits.budget_usd, owner=message.user,
+            # The source's owner keeps it: a fork request says nothing NATS vouched for.
+            budget_usd=self.limits.budget_usd, owner=source.owner,
             fork=ForkOf(source_id=source_id, at_version=source.version,
                         history=history, fired_rules=fired)))
         self.reply(envelope, Accepted(session_id=sid, name=name))

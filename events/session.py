@@ -83,8 +83,8 @@ class Session(Aggregate):
                  owner: str = ""):
         self.session_id = session_id
         self.owner = owner
-        """The principal whose message started the session (a fork: who forked it). With
-        the approvers the settings name, the only one who may approve its calls, answer
+        """The principal whose message started the session (a fork: its source's owner).
+        With the approvers the settings name, the only one who may approve its calls, answer
         its questions, review its plans and change its mode. Sessions stored before owners
         were recorded belong to the user of their first message."""
         self.origin = origin

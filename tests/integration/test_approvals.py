@@ -12,7 +12,16 @@ from adapters.anthropic_provider import AnthropicProvider
 from adapters.config import Settings
 from adapters.fake_llm import FakeLLM
 from adapters.host import Host
-from events.messages import Killed, KillSession, ToolResultBlock
+from events.codec import encode
+from events.messages import (
+    Accepted,
+    ForkSession,
+    Killed,
+    KillSession,
+    ListSessions,
+    SessionList,
+    ToolResultBlock,
+)
 from tests.helpers import say as say_as
 from tests.helpers import wait_until
 
@@ -215,5 +224,36 @@ def test_only_the_owner_or_a_named_approver_decides(
         assert [r.excerpt for r in refused] == [f"/approve {interaction}", "no, never",
                                                 "/edit"]
         assert not host.audit.refusals("carol") and not host.audit.refusals("ana")
+    finally:
+        host.stop()
+
+
+def test_a_fork_belongs_to_its_sources_owner_and_replies_go_only_to_request_inboxes(
+    make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
+    watch_channel: Callable[..., Any],
+) -> None:
+    """A fork request names no principal NATS vouched for, so its ``user`` does not make
+    an owner; and the manager, which connectors may publish on, never answers onto a
+    subject the sender chose."""
+    host, _ = start(make_settings, fake_llm)
+    try:
+        channel = watch_channel(host, "test")
+        sid = say(host, "please publish it")
+        channel.wait_for("approval")
+        forked = ask(host.bus, host.subjects.manager, ForkSession(
+            session_id=sid, user="mallory"), Accepted)
+        fork = host.app.session(forked.session_id)
+        assert fork is not None and fork.owner == "ana"
+
+        victim = host.subjects.session(sid)
+        landed: list[bytes] = []
+        sub = host.bus.subscribe(victim, lambda m: landed.append(m.data))
+        try:
+            host.bus.publish(host.subjects.manager, encode(ListSessions()), reply=victim)
+            ask(host.bus, host.subjects.manager, ListSessions(), SessionList)  # a barrier
+            host.bus.flush()
+        finally:
+            sub.close()
+        assert landed == []
     finally:
         host.stop()
