@@ -41,6 +41,7 @@ from actors.ports import BusError
 from actors.runtime import ask
 from adapters.fake_llm import FakeLLM
 from adapters.host import Host
+from adapters.nats_auth import engine_auth, read_credentials
 from events.codec import DecodeFailure, Decoder, encode
 from events.messages import (
     BarrierCheck,
@@ -317,9 +318,11 @@ class Storm:
     """Payloads sent: all of them, unless the engine stopped keeping up."""
 
 
-async def _send(nats_url: str, namespace: str, corpus: list[Sent], timeout: float) -> Storm:
-    """Send the corpus from a client of its own, paced by what the engine has answered."""
-    nc = await nats.connect(nats_url, name="malformed-bus")
+async def _send(nats_url: str, namespace: str, corpus: list[Sent], timeout: float,
+                **options: Any) -> Storm:
+    """Send the corpus from a client of its own (``options``: how it signs in), paced by
+    what the engine has answered."""
+    nc = await nats.connect(nats_url, name="malformed-bus", **options)
     letters: Counter[tuple[str, int, str]] = Counter()
     wrong_replies: list[str] = []
     done = {"letters": 0, "bytes": 0, "no_reason": 0}
@@ -410,13 +413,25 @@ def _still_answers(host: Host, sid: str, workspace: Path) -> None:
     assert barrier.generation == 0
 
 
+@pytest.mark.parametrize("server", ["shared", "locked"])
 def test_twenty_thousand_malformed_payloads_are_all_refused_and_nothing_breaks(
     fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host],
     watch_channel: Callable[..., Any], workspace: Path, nats_url: str,
-    record_property: Callable[[str, object], None],
+    record_property: Callable[[str, object], None], server: str,
 ) -> None:
+    """``shared``: the suite's NATS server, no authentication. ``locked``: the engine's
+    own embedded server in its locked-down configuration, the payloads sent with the
+    engine's credentials (the worst case: a connector may publish on two subjects)."""
     (workspace / "README.md").write_text("hello\n")
-    host = make_host(fake_llm(SCRIPT))
+    options: dict[str, Any] = {}
+    if server == "locked":
+        host = make_host(fake_llm(SCRIPT), nats_url="")
+        credentials = read_credentials(host.settings.state_dir)
+        assert credentials is not None
+        options = engine_auth(credentials).connect_options()
+        nats_url = host.nats_url
+    else:
+        host = make_host(fake_llm(SCRIPT))
     channel = watch_channel(host, "test")
     sid = say(host, "before the storm")
     channel.wait_for("completed")
@@ -429,7 +444,8 @@ def test_twenty_thousand_malformed_payloads_are_all_refused_and_nothing_breaks(
         with pytest.raises(DecodeFailure):
             decoders[sent.target.subject].decode(sent.payload)
 
-    storm = asyncio.run(_send(nats_url, host.subjects.namespace, corpus, timeout=45.0))
+    storm = asyncio.run(_send(nats_url, host.subjects.namespace, corpus, timeout=45.0,
+                              **options))
 
     tried = corpus[:storm.sent]
     # Match the dead letters to the payloads: by key, each payload owes one per subscriber.

@@ -52,10 +52,11 @@ def own_nats(tmp_path: Path) -> Iterator[EmbeddedNats]:
 class Serve:
     """A `tether serve` child process."""
 
-    def __init__(self, env: dict[str, str], log: Path) -> None:
+    def __init__(self, env: dict[str, str], log: Path, cwd: Path | None = None) -> None:
         self.log = log.open("a")
         self.proc = subprocess.Popen(
-            [*TETHER, "serve"], env=env, stdout=subprocess.PIPE, stderr=self.log, text=True
+            [*TETHER, "serve"], env=env, stdout=subprocess.PIPE, stderr=self.log, text=True,
+            cwd=cwd,
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()  # blocks until the engine is up (or died)
