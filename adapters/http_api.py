@@ -371,17 +371,19 @@ class Gate:
                 refusal = error(503, f"{self.in_progress} requests are in progress; "
                                      "try again when one has ended", "busy")
             if refusal is not None:
+                refusal.headers["connection"] = "close"
                 await refusal(scope, receive, send)
                 return
 
-            async def with_cors(message: Any) -> None:
+            async def with_headers(message: Any) -> None:
                 if message["type"] == "http.response.start":
-                    message["headers"] = [*message.get("headers", []), *extra]
+                    message["headers"] = [*message.get("headers", []), *extra,
+                                          *_closing(message["status"])]
                 await send(message)
 
             self.in_progress += 1  # one event loop: no lock needed
             try:
-                await app(scope, receive, with_cors if extra else send)
+                await app(scope, receive, with_headers)
             finally:
                 self.in_progress -= 1
 
@@ -421,6 +423,12 @@ class Gate:
                               "Authorization: Bearer <token>",
                          headers={"WWW-Authenticate": 'Bearer realm="tether"'}), []
         return None, cors
+
+
+def _closing(status: int) -> list[tuple[bytes, bytes]]:
+    """``Connection: close`` for an error: the request's body may be unread, and a client
+    that keeps sending it must not keep the connection (and a server slot) for ever."""
+    return [(b"connection", b"close")] if status >= 400 else []
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

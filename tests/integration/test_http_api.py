@@ -351,3 +351,28 @@ def test_more_requests_than_allowed_are_told_to_wait_in_json(
     finally:
         stream.close()
     wait_until(lambda: call(server.url, "/sessions")[0] == 200, "the stream's end")
+
+
+def test_a_refused_request_cannot_keep_its_connection_by_trickling_its_body(
+        tight: HttpApi) -> None:
+    """Refused before its body is read (no token here), a request's connection is closed
+    with the answer: a client trickling the body it announced holds nothing open."""
+    server = tight
+    held = []
+    for _ in range(6):  # as many as the server takes
+        conn = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        conn.sendall(b"POST /messages HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{"
+                     % server.port)
+        held.append(conn)
+    for conn in held:
+        answer = b""
+        try:
+            while chunk := conn.recv(4096):  # to the end: the server closes (a timeout
+                answer += chunk              # here, after 10 s, is the attack working)
+                conn.sendall(b" ")  # the attacker keeps trickling
+        except (ConnectionResetError, BrokenPipeError):
+            pass  # closed with the trickle unread: a reset
+        assert answer.startswith(b"HTTP/1.1 401") and b"connection: close" in answer.lower()
+        conn.close()
+    assert call(server.url, "/health", headers={})[:2] == (200, {"ok": True})
