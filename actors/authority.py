@@ -1,10 +1,11 @@
-"""Who may decide for a session: approve its calls, answer its questions, review its
-plans, change its mode.
+"""Who may decide for a session: send it messages and commands, approve its calls, answer
+its questions, review its plans, act on it through the manager (kill, fork, read or change
+its conversation).
 
 Its owner (the principal whose message started it; a fork's is its source's) and the
-approvers the settings name for the chat it asks in (``approvers = {channel = [users]}``;
-the channel ``"*"`` names approvers for every chat). Anyone else who tries is refused, and
-the refusal is recorded (``tether audit --refused``).
+approvers the settings name for its home channel, the one it was started on (``approvers
+= {channel = [users]}``; the channel ``"*"`` names approvers for every chat). Anyone else
+who tries is refused, and the refusal is recorded (``tether audit --refused``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ def may_decide(user: str, owner: str, channel: str, approvers: Approvers) -> boo
 
 
 def refusal_reason(user: str, what: str, session: str) -> str:
-    """The sentence a refused decision is recorded and answered with."""
-    return (f"{user} may not {what} for session {session}: only its owner and the "
-            "approvers the settings name for its chat may")
+    """The sentence a refused decision is recorded and answered with; ``what`` reads
+    before the session's name ("approve the calls of", "send messages to")."""
+    return (f"{user} may not {what} session {session}: only its owner and the approvers "
+            "the settings name for its home channel may")

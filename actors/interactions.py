@@ -164,7 +164,7 @@ class InteractionCoordinatorActor(TetherActor):
         if chosen is None:
             self._tell_session(answer.session_id, "nothing is waiting for approval")
             return
-        if self._refused(chosen, answer.user, answer.channel, "approve or deny calls",
+        if self._refused(chosen, answer.user, answer.channel, "approve or deny the calls of",
                          f"/{'approve' if answer.approved else 'deny'} {chosen} "
                          f"{answer.reason}".strip()):
             return
@@ -184,7 +184,7 @@ class InteractionCoordinatorActor(TetherActor):
         if chosen is None:
             self._tell_session(answer.session_id, "no plan is waiting for review")
             return
-        if self._refused(chosen, answer.user, answer.channel, "review plans",
+        if self._refused(chosen, answer.user, answer.channel, "review the plans of",
                          f"/{answer.choice} {answer.feedback}".strip()):
             return
         self._choose(chosen, answer.choice, answer.feedback, answer.user)
@@ -208,8 +208,9 @@ class InteractionCoordinatorActor(TetherActor):
         if chosen is None:
             asked = self._first(lambda p: p.request.session_id == message.session_id)
             if asked is not None:  # there is something to answer, but not for this sender
-                what = {"approval": "answer approvals", "question": "answer questions",
-                        "plan_review": "review plans"}[self.pending[asked].kind]
+                what = {"approval": "answer the approvals of",
+                        "question": "answer the questions of",
+                        "plan_review": "review the plans of"}[self.pending[asked].kind]
                 self._refused(asked, message.user, message.channel, what, message.text)
                 return
         if chosen is None:  # it was settled (or expired) while the text was on its way

@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from actors.authority import may_decide, refusal_reason
 from actors.conversation import history_at, resolve_node
 from actors.lifecycle import ACTIVE, FINISHED
 from actors.middleware import Gate, MiddlewareSettings, Refusal
@@ -75,6 +76,9 @@ class SessionLimits(msgspec.Struct, kw_only=True, frozen=True):
     mask_secrets: bool = True
     """Mask the secrets a user message holds (the redactor's shapes) before anything of it
     is stored, named after or sent to the model."""
+    approvers: dict[str, list[str]] = {}
+    """Per channel (or ``"*"``), who besides a session's owner may act on it through a
+    connector's manager requests (:mod:`actors.authority`)."""
 
 
 class KillAll(msgspec.Struct):
@@ -135,6 +139,12 @@ class SessionManagerActor(TetherActor):
             # Connectors may publish here: the engine answers only request inboxes, never
             # a subject the sender names (a session's, say).
             envelope = msgspec.structs.replace(envelope, reply="")
+        if envelope is not None and not isinstance(message, UserMessage):
+            principal = self.subjects.principal_of(envelope.subject, "manager")
+            if principal is not None:
+                message = self._as_principal(message, principal, envelope)
+                if message is None:
+                    return
         if isinstance(message, UserMessage):
             authenticated = self._authenticate(message, envelope)
             if authenticated is not None:
@@ -176,6 +186,40 @@ class SessionManagerActor(TetherActor):
                 f"{envelope.subject}")))
             return None
         return msgspec.structs.replace(message, user=principal), envelope
+
+    def _budget(self, asked: float) -> float:
+        """A new session's budget: what its first message asked for, never above the
+        configured one (a sender may lower the operator's cap, not lift it)."""
+        cap = self.limits.budget_usd
+        if not asked:
+            return cap
+        return min(asked, cap) if cap else asked
+
+    def _as_principal(self, message: Any, principal: str, envelope: Envelope) -> Any:
+        """A connector's manager request (``<ns>.manager.<principal>``): its ``user``
+        fields say ``principal``, and a request about a session is refused (None, after
+        answering, recording and logging why) unless ``principal`` may decide for it:
+        its owner or an approver named for its home channel. Listing is open."""
+        if "user" in message.__struct_fields__:
+            message = msgspec.structs.replace(message, user=principal)
+        if isinstance(message, ListSessions):
+            return message
+        ref = message.session_id
+        sid = ref if ref in self.live else self._resolve(ref)
+        session = self.app.session(sid) if sid else None
+        if session is None or may_decide(principal, session.owner, session.home_channel,
+                                         self.limits.approvers):
+            return message  # an unknown session is answered as such further on
+        what = {"KillSession": "kill", "ForkSession": "fork",
+                "TreeQuery": "read the conversation of"}.get(
+            type(message).__name__, "change the conversation of")
+        reason = refusal_reason(principal, what, session.name)
+        log.warning("manager: %s", reason)
+        self.app.save(RefusedMessage(channel="manager", user=principal, kind="not_approver",
+                                     reason=reason, size=envelope.size,
+                                     excerpt=type(message).__name__))
+        self.reply(envelope, ErrorReply(error="not_allowed", reason=reason))
+        return None
 
     def _on_user_message(self, message: UserMessage, envelope: Envelope | None) -> None:
         size = envelope.size if envelope is not None else 0
@@ -223,7 +267,7 @@ class SessionManagerActor(TetherActor):
             new = NewSession(name=name, workspace=workspace, channel=message.channel,
                              multi_turn=not message.single_turn, origin=message.origin,
                              owner=message.user,
-                             budget_usd=message.budget_usd or self.limits.budget_usd)
+                             budget_usd=self._budget(message.budget_usd))
             self.live[sid] = self.spawn(sid, new)
         forwarded = msgspec.structs.replace(message, session_id=sid)
         # The session answers the original requester (Accepted) once the message is stored.

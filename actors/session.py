@@ -499,6 +499,10 @@ class SessionActor(TetherActor):
         """Store the message first (as the next turn's start, or queued behind the running
         turn), answer Accepted, then act on it. Commands are handled at once instead."""
         accepted = Accepted(session_id=self.session_id, name=self.session.name)
+        if not may_decide(message.user, self.session.owner, self.session.home_channel,
+                          self.config.approvers):
+            self._refuse_sender(message, envelope)
+            return
         command = parse_command(message.text)
         if command is not None:
             self._run_command(command, message)
@@ -534,6 +538,19 @@ class SessionActor(TetherActor):
         self._receive(message.text, message.channel, message.user)
         self.reply(envelope, accepted)
         self._begin_turn()
+
+    def _refuse_sender(self, message: UserMessage, envelope: Envelope | None) -> None:
+        """A message from someone who may not decide for this session (its owner and the
+        approvers of its home channel may): a command, an answer or a turn alike, it is
+        refused, recorded and told to the sender's chat; nothing of it is stored here."""
+        reason = refusal_reason(message.user, "send messages to", self.session.name)
+        log.warning("session %s: %s", self.session_id, reason)
+        self.app.save(RefusedMessage(
+            channel=message.channel, user=message.user, kind="not_approver", reason=reason,
+            size=len(message.text.encode()), excerpt=message.text))
+        self.reply(envelope, ErrorReply(error="not_allowed", reason=reason))
+        self.send(self.subjects.channel_out(message.channel),
+                  ChannelMessage(session_id=self.session_id, kind="error", text=reason))
 
     def _refresh(self) -> None:
         """Between turns others may append to the session (``tether undo``): take their
@@ -575,13 +592,6 @@ class SessionActor(TetherActor):
                 self._answer_approval(interaction, approved=name == "approve", message=message,
                                       reason=why.strip())
                 result = "answer sent"
-        elif name in MODE_COMMANDS and not may_decide(
-                message.user, self.session.owner, message.channel, self.config.approvers):
-            result = refusal_reason(message.user, f"change the mode (/{name})",
-                                    self.session.name)
-            self.app.save(RefusedMessage(
-                channel=message.channel, user=message.user, kind="not_approver",
-                reason=result, size=len(message.text.encode()), excerpt=message.text))
         elif name in MODE_COMMANDS:
             mode = MODE_COMMANDS[name]
             auto = self._auto_list(mode)

@@ -207,7 +207,7 @@ def _remote(settings: Settings, role: str = "connector") -> tuple[Any, Any]:
     """A bus connected to the running engine, and its subjects.
 
     Signed in as the OS user's connector (``role`` ``"connector"``: its own inbox and
-    manager requests), or as the engine (``"engine"``: connectors that authenticate their
+    manager subjects), or as the engine (``"engine"``: connectors that authenticate their
     users themselves, ``tether telegram``); on the embedded server with the credentials
     the engine keeps in the state directory, on an external one with the settings'.
     """
@@ -262,10 +262,13 @@ def _ask_engine(args: argparse.Namespace, request: Any, reply: type[T],
                 timeout: float = 15.0) -> T:
     """Ask the running engine's session manager (found as for ``chat --remote``)."""
     from actors.runtime import ask
+    from adapters.nats_auth import local_principal
 
     bus, subjects = _remote(_settings(args))
+    principal = local_principal()  # a connector asks on its own manager subject
     try:
-        return ask(bus, subjects.manager, request, reply, timeout=timeout)
+        return ask(bus, subjects.manager_for(principal) if principal else subjects.manager,
+                   request, reply, timeout=timeout)
     finally:
         bus.close()
 

@@ -392,6 +392,8 @@ class Host:
                 # Connectors' inboxes: the subject names the sender (see the manager).
                 Binding(subjects.principal_inboxes, UserMessage, queue="engine"),
                 Binding(subjects.manager, ManagerMessage, queue="engine"),
+                # Connectors' manager requests: the subject names the sender too.
+                Binding(subjects.principal_managers, ManagerMessage, queue="engine"),
             ],
             app=self.app,
             spawn=self.spawn_session,
@@ -405,7 +407,8 @@ class Host:
             limits=SessionLimits(max_sessions=settings.max_sessions,
                                  resumable=settings.resumable_sessions,
                                  budget_usd=settings.budget_usd,
-                                 mask_secrets=settings.mask_secrets_in_messages),
+                                 mask_secrets=settings.mask_secrets_in_messages,
+                                 approvers=settings.approvers),
         )
         self._stack.append(self._kill_all)
         if self.serve_http and settings.http_port:

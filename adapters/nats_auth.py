@@ -117,10 +117,10 @@ def reply_prefix(principal: str) -> str:
 
 
 def connector_permissions(subjects: Subjects, principal: str) -> Permissions:
-    """What the connector of ``principal`` may do: publish its own inbox and manager
-    requests; read every channel's output and the replies to its own requests."""
+    """What the connector of ``principal`` may do: publish on its own inbox and its own
+    manager subject; read every channel's output and the replies to its own requests."""
     return Permissions(
-        publish=(subjects.inbox_for(principal), subjects.manager),
+        publish=(subjects.inbox_for(principal), subjects.manager_for(principal)),
         subscribe=(f"{subjects.namespace}.channel.*.out", f"{reply_prefix(principal)}.>"),
     )
 

@@ -82,6 +82,9 @@ class Session(Aggregate):
                  multi_turn: bool = True, budget_usd: float = 0.0, origin: str = "",
                  owner: str = ""):
         self.session_id = session_id
+        self.home_channel = channel
+        """The channel the session was created on: the approvers named for it may decide
+        for the session (its ``channel`` follows the latest message)."""
         self.owner = owner
         """The principal whose message started the session (a fork: its source's owner).
         With the approvers the settings name, the only one who may approve its calls, answer
@@ -128,6 +131,8 @@ class Session(Aggregate):
 
     @event("UserMessageQueued")
     def queue_user_message(self, text: str, channel: str, user: str) -> None:
+        if not self.owner:
+            self.owner = user
         self.queued.append(QueuedMessage(text, channel, user))
 
     @event("UserMessageReceived")

@@ -46,14 +46,27 @@ class Subjects:
         """Wildcard matching every principal's inbox (``<ns>.inbox.*``)."""
         return f"{self.namespace}.inbox.*"
 
-    def principal_of(self, subject: str) -> str | None:
-        """The principal whose inbox ``subject`` is, or None when it is no principal's
-        inbox (the bare ``<ns>.inbox`` included)."""
-        head = f"{self.namespace}.inbox."
+    def principal_of(self, subject: str, kind: str = "inbox") -> str | None:
+        """The principal whose inbox (``kind`` ``"manager"``: whose manager subject)
+        ``subject`` is, or None when it is no principal's (the bare ``<ns>.inbox`` and
+        ``<ns>.manager`` included)."""
+        head = f"{self.namespace}.{kind}."
         if not subject.startswith(head):
             return None
         principal = subject[len(head):]
         return principal if _TOKEN.fullmatch(principal) else None
+
+    def manager_for(self, principal: str) -> str:
+        """The manager requests of one principal, ``<ns>.manager.<principal>``: the only
+        manager subject a connector-role client may publish on. The manager answers them
+        as that principal (its ``user`` fields replaced) and only for the sessions it may
+        decide for."""
+        return f"{self.namespace}.manager.{check_token(principal, 'principal')}"
+
+    @property
+    def principal_managers(self) -> str:
+        """Wildcard matching every principal's manager subject (``<ns>.manager.*``)."""
+        return f"{self.namespace}.manager.*"
 
     @property
     def manager(self) -> str:

@@ -50,11 +50,16 @@ from events.codec import encode
 from events.messages import (
     Accepted,
     BarrierCheck,
+    ForkSession,
+    Generate,
     InteractionAnswer,
     Interrupt,
+    KillSession,
     ListSessions,
     SessionList,
     ToolProposal,
+    TreeQuery,
+    TreeView,
     UserMessage,
     Verdict,
     WatchSession,
@@ -203,7 +208,8 @@ def test_a_connector_cannot_read_the_engine_s_subjects(
 
 def test_a_connector_can_use_its_own_inbox_the_manager_and_its_channel(locked: Locked) -> None:
     s = locked.subjects
-    assert connector_permissions(s, ALICE).publish == (s.inbox_for(ALICE), s.manager)
+    assert connector_permissions(s, ALICE).publish == (s.inbox_for(ALICE),
+                                                       s.manager_for(ALICE))
 
     async def main() -> None:
         errors: list[str] = []
@@ -216,13 +222,13 @@ def test_a_connector_can_use_its_own_inbox_the_manager_and_its_channel(locked: L
 
         try:
             await engine.subscribe(s.inbox_for(ALICE), cb=answer)
-            await engine.subscribe(s.manager, cb=answer)
+            await engine.subscribe(s.manager_for(ALICE), cb=answer)
             channel = await alice.subscribe(s.channel_out("term"))
             await alice.flush()
             assert (await alice.request(s.inbox_for(ALICE), b"{}", timeout=5)).data == (
                 b"got " + s.inbox_for(ALICE).encode())
-            assert (await alice.request(s.manager, b"{}", timeout=5)).data == (
-                b"got " + s.manager.encode())
+            assert (await alice.request(s.manager_for(ALICE), b"{}", timeout=5)).data == (
+                b"got " + s.manager_for(ALICE).encode())
             await engine.publish(s.channel_out("term"), b"for the terminal")
             assert (await channel.next_msg(timeout=5)).data == b"for the terminal"
         finally:
@@ -324,8 +330,9 @@ def test_the_sender_is_the_principal_nats_authenticated(embedded_host: Host) -> 
                     if type(e).__name__ == "UserMessageReceived"]
         assert [e.user for e in received] == [principal, principal]
         # The manager takes no user message (connectors may publish there too)...
+        mine = s.manager_for(principal)
         with pytest.raises(RemoteError, match="bad_request"):
-            ask(bus, s.manager, UserMessage(text="x", channel="lockdown", user="mallory"),
+            ask(bus, mine, UserMessage(text="x", channel="lockdown", user="mallory"),
                 Accepted, timeout=10)
         # ...and another principal's inbox refuses the publish: nobody receives it.
         refused = bus.refused
@@ -333,9 +340,20 @@ def test_the_sender_is_the_principal_nats_authenticated(embedded_host: Host) -> 
                                                                  channel="lockdown")))
         bus.publish(s.inbox, encode(UserMessage(text="as mallory", channel="lockdown",
                                                 user="mallory")))
-        listed = ask(bus, s.manager, ListSessions(), SessionList, timeout=10)  # a barrier
+        bus.publish(s.manager, encode(ListSessions()))  # the bare manager is the engine's
+        listed = ask(bus, mine, ListSessions(), SessionList, timeout=10)  # a barrier
         assert [row.session_id for row in listed.sessions] == [sid]
-        wait_until(lambda: bus.refused >= refused + 2, "the server's two refusals")
+        wait_until(lambda: bus.refused >= refused + 3, "the server's three refusals")
+        # Someone else's session: the connector may neither read, change nor kill it.
+        theirs = ask(host.bus, s.inbox, UserMessage(text="ana's own", channel="http",
+                                                    user="ana"), Accepted).session_id
+        for request in (TreeQuery(session_id=theirs), KillSession(session_id=theirs),
+                        ForkSession(session_id=theirs, user="ana"),
+                        Generate(session_id=theirs, user="ana")):
+            with pytest.raises(RemoteError, match="not_allowed"):
+                ask(bus, mine, request, Accepted, timeout=10)
+        own = ask(bus, mine, TreeQuery(session_id=sid), TreeView, timeout=10)
+        assert own.session_id == sid  # its own session it may read
     finally:
         terminal.close()
         bus.close()

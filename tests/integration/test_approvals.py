@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from actors.interactions import Tick
 from actors.ports import ManualClock
-from actors.runtime import ask
+from actors.runtime import RemoteError, ask
 from adapters.anthropic_provider import AnthropicProvider
 from adapters.config import Settings
 from adapters.fake_llm import FakeLLM
@@ -16,6 +18,7 @@ from events.codec import encode
 from events.messages import (
     Accepted,
     ForkSession,
+    InteractionAnswer,
     Killed,
     KillSession,
     ListSessions,
@@ -189,26 +192,31 @@ def test_only_the_owner_or_a_named_approver_decides(
     make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
     watch_channel: Callable[..., Any],
 ) -> None:
-    """bo may not approve ana's call, deny it by text, or switch her session to auto mode;
-    each try is refused and recorded, and the call still waits for ana. An approver the
-    settings name for the chat may decide."""
+    """bo may not approve ana's call, deny it by text, switch her session to auto mode,
+    move its folder or clear its context: each message is refused and recorded, and the
+    call still waits. Nor does an answer published straight to the coordinator count. An
+    approver the settings name for the session's home channel may decide."""
     llm = fake_llm(SCRIPT + SCRIPT.split("responses:\n", 1)[1] * 3)
     settings = make_settings(anthropic_base_url=llm.base_url,
-                             approvers={"test": ["carol"]})
+                             approvers={"test": ["carol"], "bo-chat": ["bo"]})
     host = Host(settings, provider=AnthropicProvider(None, llm.base_url)).start()
     try:
         channel = watch_channel(host, "test")
         bo_sees = watch_channel(host, "bo-chat")
         sid = say(host, "please publish it")
         interaction = channel.wait_for("approval").text.split()[1].rstrip(":")
-        say_as(host, f"/approve {interaction}", sid, channel="bo-chat", user="bo")
-        assert "bo may not approve" in bo_sees.wait_for("error").text
-        say_as(host, "no, never", sid, channel="bo-chat", user="bo")  # a no by text
-        assert "bo may not answer approvals" in bo_sees.wait_for("error").text
-        say_as(host, "/edit", sid, channel="bo-chat", user="bo")
-        assert "bo may not change the mode" in bo_sees.wait_for("status").text
+        tries = [f"/approve {interaction}", "no, never", "/edit", "/dir sub", "/clear"]
+        for text in tries:  # bo approves for bo-chat, not for ana's session's home chat
+            with pytest.raises(RemoteError, match="not_allowed"):
+                say_as(host, text, sid, channel="bo-chat", user="bo")
+            assert "bo may not send messages to session" in bo_sees.wait_for("error").text
+        host.bus.publish(host.subjects.interactions, encode(InteractionAnswer(
+            session_id=sid, interaction_id=interaction, approved=True, user="bo",
+            channel="bo-chat")))
+        assert "bo may not approve or deny the calls of" in bo_sees.wait_for("error").text
         session = host.app.session(sid)
         assert session is not None and session.mode == "default"
+        assert session.workspace == settings.workspace and session.history
         assert [e.tier for e in _calls(host, sid, "ToolCallDecided")] == ["escalation"]
         assert not _calls(host, sid, "ToolCallStarted")  # nothing ran, nothing refused
 
@@ -218,11 +226,10 @@ def test_only_the_owner_or_a_named_approver_decides(
         assert "approved by carol" in decided[-1].reason
         assert _calls(host, sid, "ToolCallStarted")
 
-        wait_until(lambda: len(host.audit.refusals("bo")) == 3, "the audit index")
+        wait_until(lambda: len(host.audit.refusals("bo")) == 6, "the audit index")
         refused = host.audit.refusals("bo")
-        assert [(r.kind, r.channel) for r in refused] == [("not_approver", "bo-chat")] * 3
-        assert [r.excerpt for r in refused] == [f"/approve {interaction}", "no, never",
-                                                "/edit"]
+        assert [(r.kind, r.channel) for r in refused] == [("not_approver", "bo-chat")] * 6
+        assert [r.excerpt for r in refused] == [*tries, f"/approve {interaction}"]
         assert not host.audit.refusals("carol") and not host.audit.refusals("ana")
     finally:
         host.stop()

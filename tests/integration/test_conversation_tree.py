@@ -5,6 +5,7 @@ tool-iteration limit and an abort's single error."""
 
 from __future__ import annotations
 
+import getpass
 import queue
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +33,9 @@ from events.messages import (
 )
 from tests.conftest import Engine
 from tests.helpers import say, tether_cli, wait_until
+
+ME = getpass.getuser()
+"""The command line's principal: its tree commands act on the sessions it owns."""
 
 
 class GenerationWatcher:
@@ -369,7 +373,7 @@ def test_tree_branch_edit_and_generate_from_the_command_line(
 ) -> None:
     host, _, _ = engine(TWO_TURNS)
     channel = watch_channel(host, "test")
-    sid = say(host, "look around")
+    sid = say(host, "look around", user=ME)
     channel.wait_for("completed")
     tether = tether_cli(host, nats_url)
 
@@ -441,9 +445,9 @@ def test_the_tree_comes_in_pages_and_the_command_line_reads_them_all(
 
     host, _, _ = engine(TWO_TURNS)
     channel = watch_channel(host, "test")
-    sid = say(host, "look around")
+    sid = say(host, "look around", user=ME)
     channel.wait_for("completed")
-    say(host, "second", sid)
+    say(host, "second", sid, user=ME)
     channel.wait_for("completed")
     whole = tree(host, sid)
     assert whole.total == len(whole.nodes) == 7 and whole.offset == 0
@@ -467,9 +471,9 @@ def test_split_delete_and_bookmarks_from_the_command_line(
     blocks: [{text: "Third answer."}]
 """)
     channel = watch_channel(host, "test")
-    sid = say(host, "look around")
+    sid = say(host, "look around", user=ME)
     channel.wait_for("completed")
-    say(host, "second question", sid)
+    say(host, "second question", sid, user=ME)
     channel.wait_for("completed")
     tether = tether_cli(host, nats_url)
     nodes = tree(host, sid).nodes
@@ -490,7 +494,7 @@ def test_split_delete_and_bookmarks_from_the_command_line(
                 and n.role == "user" and n.node_id != second.node_id)
     assert next(n for n in view.nodes if n.node_id == second.node_id).parent_id == left.node_id
     assert view.cursor == next(n for n in view.nodes if n.text == "Second answer.").node_id
-    say(host, "third", sid)
+    say(host, "third", sid, user=ME)
     channel.wait_for("completed")
     sent = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "user"]
     assert any("second question" in str(content) for content in sent)

@@ -301,6 +301,13 @@ def test_numbers_no_field_takes_and_foreign_routes_are_refused_or_dropped(
     assert status == 202
     session = host.app.session(answer["session_id"])
     assert session is not None and session.origin == ""
+    # A sender may lower the operator's budget cap, never lift it.
+    cap = host.settings.budget_usd
+    for asked, given in ((cap * 100, cap), (cap / 4, cap / 4)):
+        status, answer = post(server.url, {"text": f"spend {asked}", "budget_usd": asked})
+        assert status == 202
+        session = host.app.session(answer["session_id"])
+        assert session is not None and session.budget_usd == given
 
 
 @pytest.fixture

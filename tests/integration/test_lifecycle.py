@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 from collections.abc import Callable
 from typing import Any
 
@@ -251,7 +252,7 @@ def test_tether_kill_and_fork_talk_to_the_running_engine(
 ) -> None:
     host, _, _ = engine()
     channel = watch_channel(host, "test")
-    sid = say(host, "count the stars")
+    sid = say(host, "count the stars", user=getpass.getuser())  # the command line's own
     channel.wait_for("completed")
     tether = tether_cli(host, nats_url)
 
@@ -285,7 +286,7 @@ responses:
 """
     host, _, llm = engine(script)
     channel = watch_channel(host, "test")
-    sid = say(host, "tell me a long story")
+    sid = say(host, "tell me a long story", user="ana")
     channel.wait_for("stream")
     say(host, "/stop", sid, user="ana")
     assert channel.wait_for("failed").text == "the turn failed: stopped by ana"
@@ -293,8 +294,8 @@ responses:
     assert session is not None and session.status == "running" and session.waiting
     assert not any(type(e).__name__ in ("ToolCallProposed", "AssistantMessageAppended")
                    for e in host.app.session_events(sid))  # nothing of it was kept or run
-    say(host, "now something short", sid)
+    say(host, "now something short", sid, user="ana")
     channel.wait_for("completed")
     assert llm.requests[-1]["messages"][-1]["content"][-1]["text"].endswith("now something short")
-    say(host, "/stop", sid)
+    say(host, "/stop", sid, user="ana")
     assert channel.wait_for("status").text == "no turn is running"

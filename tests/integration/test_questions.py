@@ -72,7 +72,7 @@ def test_text_answers_a_question_and_silence_is_no_answer(
         answered = tool_results(host, sid)[-1]
         assert not answered.is_error and answered.content == "The user answered: blue, please"
 
-        say(host, "paint the shed", sid)
+        say(host, "paint the shed", sid, user="ana")
         channel.wait_for("question")
         clock.advance(301)
         host.coordinator.tell(Tick())

@@ -105,7 +105,7 @@ def test_a_stored_queued_message_is_taken_up_when_the_session_starts(
     host.app.save(stored)
 
     channel = watch_channel(host, "test")
-    say(host, "the second question", "left1")
+    say(host, "the second question", "left1", user="ana")
     channel.wait_for("completed")
     channel.wait_for("completed")
     replies = [m.text for m in channel.seen if m.kind == "reply"]
