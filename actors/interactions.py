@@ -233,7 +233,8 @@ class InteractionCoordinatorActor(TetherActor):
             self._choose(chosen, choice, feedback, message.user)
 
     def _may(self, user: str, pending: _Pending) -> bool:
-        return may_decide(user, pending.request.owner, pending.request.channel,
+        request = pending.request
+        return may_decide(user, request.owner, request.home_channel or request.channel,
                           self.approvers)
 
     def _refused(self, interaction_id: str, user: str, channel: str, what: str,

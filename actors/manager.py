@@ -360,8 +360,9 @@ class SessionManagerActor(TetherActor):
         self._copy_rule_log(source_id, sid, before_turn=source.completed_turns, only=only)
         self.live[sid] = self.spawn(sid, NewSession(
             name=name, workspace=source.workspace, channel=message.channel,
-            # The source's owner keeps it: a fork request says nothing NATS vouched for.
-            budget_usd=self.limits.budget_usd, owner=source.owner,
+            # The source's owner keeps it: a fork request says nothing NATS vouched for;
+            # and its budget (a lowered one stays lowered).
+            budget_usd=source.budget_usd or self.limits.budget_usd, owner=source.owner,
             fork=ForkOf(source_id=source_id, at_version=source.version,
                         history=history, fired_rules=fired)))
         self.reply(envelope, Accepted(session_id=sid, name=name))

@@ -1299,6 +1299,7 @@ class SessionActor(TetherActor):
             session_id=self.session_id, call_id=call.id, tool=call.name,
             summary=full_input(call.input), reason=verdict.reason,
             channel=self.session.channel, owner=self.session.owner,
+            home_channel=self.session.home_channel,
         ))
 
     def _engine_tool(self, call: ToolUseBlock) -> None:
@@ -1332,7 +1333,7 @@ class SessionActor(TetherActor):
             self._open_interaction("question", call.id, QuestionRequest(
                 session_id=self.session_id, call_id=call.id, question=question.question,
                 options=question.options, channel=self.session.channel,
-                owner=self.session.owner))
+                owner=self.session.owner, home_channel=self.session.home_channel))
         elif call.name == EXIT_PLAN_MODE:
             if self.session.mode != "plan":
                 self._refuse_engine_call(call, f"not in plan mode (the mode is "
@@ -1363,7 +1364,8 @@ class SessionActor(TetherActor):
         self.review_is_call = is_call
         self._open_interaction("review", call_id, PlanReviewRequest(
             session_id=self.session_id, call_id=call_id, plan=plan, source=source,
-            channel=self.session.channel, owner=self.session.owner))
+            channel=self.session.channel, owner=self.session.owner,
+            home_channel=self.session.home_channel))
 
     def _open_interaction(self, phase: str, call_id: str, request: Any) -> None:
         self.app.save(self.session)  # the call's proposal and decision come first

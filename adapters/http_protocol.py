@@ -4,8 +4,9 @@ uvicorn has no limit on the time a client may take to send a request's headers, 
 client that opens connections and sends a header a byte at a time (or nothing) holds them
 open for ever: with a connection limit, the server then answers nobody. The protocol that
 :func:`guarded_protocol` builds closes a connection whose request headers are not complete
-``header_seconds`` after it opened (or after its previous response), and any connection
-beyond ``max_connections`` at once; and answers a request it cannot parse with the
+``header_seconds`` after it opened (or after its previous response), a connection whose
+request was answered before its body was read, and any connection beyond
+``max_connections`` at once; and answers a request it cannot parse with the
 connector's JSON error rather than uvicorn's plain text.
 """
 
@@ -43,6 +44,10 @@ def guarded_protocol(header_seconds: float, max_connections: int) -> type[H11Pro
                 self._headers_came()
 
         def on_response_complete(self) -> None:
+            if self.conn.their_state is not h11.DONE:
+                # Answered before its body was read (a refusal, /health): a client that
+                # keeps trickling the body it announced must not keep the connection.
+                self.transport.close()
             super().on_response_complete()
             if not self.transport.is_closing():
                 self._await_headers()  # the next request's headers have the same time

@@ -550,8 +550,11 @@ class ApprovalRequest(Message):
     reason: str
     channel: Token
     owner: str = ""
-    """The session's owner: with the approvers named for ``channel``, the only one whose
-    answer is taken."""
+    """The session's owner: with the approvers named for ``home_channel``, the only one
+    whose answer is taken."""
+    home_channel: OptionalToken = ""
+    """The channel the session was started on (whose approvers count; ``channel``, where
+    the question goes, follows the latest message); empty: ``channel``."""
 
 
 class QuestionRequest(Message):
@@ -564,8 +567,11 @@ class QuestionRequest(Message):
     channel: Token
     options: list[str] = []
     owner: str = ""
-    """The session's owner: with the approvers named for ``channel``, the only one whose
-    answer is taken."""
+    """The session's owner: with the approvers named for ``home_channel``, the only one
+    whose answer is taken."""
+    home_channel: OptionalToken = ""
+    """The channel the session was started on (whose approvers count; ``channel``, where
+    the question goes, follows the latest message); empty: ``channel``."""
 
 
 class PlanReviewRequest(Message):
@@ -580,8 +586,11 @@ class PlanReviewRequest(Message):
     source: Literal["file", "written", "streamed", "fallback"]
     channel: Token
     owner: str = ""
-    """The session's owner: with the approvers named for ``channel``, the only one whose
-    answer is taken."""
+    """The session's owner: with the approvers named for ``home_channel``, the only one
+    whose answer is taken."""
+    home_channel: OptionalToken = ""
+    """The channel the session was started on (whose approvers count; ``channel``, where
+    the question goes, follows the latest message); empty: ``channel``."""
 
 
 class InteractionOpened(Message):

@@ -17,11 +17,13 @@ from adapters.host import Host
 from events.codec import encode
 from events.messages import (
     Accepted,
+    ChatText,
     ForkSession,
     InteractionAnswer,
     Killed,
     KillSession,
     ListSessions,
+    PlanAnswer,
     SessionList,
     ToolResultBlock,
 )
@@ -249,6 +251,7 @@ def test_a_fork_belongs_to_its_sources_owner_and_replies_go_only_to_request_inbo
         channel.wait_for("approval")
         forked = ask(host.bus, host.subjects.manager, ForkSession(
             session_id=sid, user="mallory"), Accepted)
+        wait_until(lambda: host.app.session(forked.session_id) is not None, "the fork")
         fork = host.app.session(forked.session_id)
         assert fork is not None and fork.owner == "ana"
 
@@ -262,5 +265,36 @@ def test_a_fork_belongs_to_its_sources_owner_and_replies_go_only_to_request_inbo
         finally:
             sub.close()
         assert landed == []
+    finally:
+        host.stop()
+
+
+def test_approvers_count_for_the_sessions_home_channel_not_the_chat_it_asks_in(
+    make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
+    watch_channel: Callable[..., Any],
+) -> None:
+    """ana's session started on "test"; she later writes from "ops", so its next approval
+    is asked there. bo approves for "ops", not for "test": his text in "ops" decides
+    nothing of hers, however it reaches the coordinator."""
+    llm = fake_llm(SCRIPT + SCRIPT.split("responses:\n", 1)[1] * 3)
+    settings = make_settings(anthropic_base_url=llm.base_url, approvers={"ops": ["bo"]})
+    host = Host(settings, provider=AnthropicProvider(None, llm.base_url)).start()
+    try:
+        ops = watch_channel(host, "ops")
+        sid = say(host, "hello")
+        say_as(host, "please publish it", sid, channel="ops", user="ana")
+        interaction = ops.wait_for("approval").text.split()[1].rstrip(":")
+        for answer in (ChatText(session_id=sid, channel="ops", text="no, by bo", user="bo"),
+                       PlanAnswer(session_id=sid, choice="proceed", user="bo",
+                                  channel="ops"),
+                       InteractionAnswer(session_id=sid, interaction_id=interaction,
+                                         approved=True, user="bo", channel="ops")):
+            host.bus.publish(host.subjects.interactions, encode(answer))
+        assert "bo may not answer the approvals of" in ops.wait_for("error").text
+        assert "bo may not approve or deny the calls of" in ops.wait_for("error").text
+        assert [e.tier for e in _calls(host, sid, "ToolCallDecided")] == ["escalation"]
+        say_as(host, f"/approve {interaction}", sid, channel="ops", user="ana")
+        ops.wait_for("completed")
+        assert "approved by ana" in _calls(host, sid, "ToolCallDecided")[-1].reason
     finally:
         host.stop()
