@@ -26,7 +26,9 @@ class MiddlewareSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     channel that no key matches is open to everyone; a matching key with an empty list is
     closed."""
     rate_per_minute: Annotated[float, msgspec.Meta(gt=0)] = 30.0
-    burst: Annotated[int, msgspec.Meta(ge=1)] = 10
+    burst: Annotated[int, msgspec.Meta(ge=1)] = 5
+    """Tokens a sender's bucket holds (seed 000: 5), refilled at ``rate_per_minute / 60``
+    per second."""
     max_message_bytes: Annotated[int, msgspec.Meta(ge=1)] = 64 * 1024
 
 

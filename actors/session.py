@@ -387,6 +387,8 @@ class SessionActor(TetherActor):
         """The turn the generation events belong to (turns ended before it, failed ones
         too, so two turns never share a number)."""
         self.turn_nodes: list[str] = []
+        """The turn's final assistant nodes (seed 003: what ``done`` carries): the main
+        completion's last message first, then each further completion's."""
         self.generation_subject = self.subjects.generation(session_id)
         self.compaction: CompactionPlan | None = None
         self.compaction_off = False
@@ -817,8 +819,9 @@ class SessionActor(TetherActor):
             return
         for node, parent, turn in placed:
             if turn.role == "assistant":
-                if node not in self.turn_nodes:
-                    self.turn_nodes.append(node)
+                # The main completion's latest message: the one before it (a tool call's)
+                # was on the way, not final.
+                self.turn_nodes[:1] = [node]
                 self._emit(AssistantNode, node_id=node, parent_id=parent,
                            content=list(turn.content))
                 continue
@@ -1183,14 +1186,15 @@ class SessionActor(TetherActor):
             self.plan.streamed = self.redactor.text(said)
         calls = [b for b in done.content if isinstance(b, ToolUseBlock)]
         gen = self.gen
-        if calls and gen is not None and self.rounds > gen.max_tool_iterations:
-            # Checked before any call runs: the calls of the message that goes over the
-            # limit are refused, never run with their results thrown away.
+        if calls and gen is not None and self.rounds >= max(1, gen.max_tool_iterations):
+            # Seed 003: max_tool_iterations = N allows N model calls; running this
+            # message's calls would need call N + 1. Checked before any call runs: they
+            # are refused, never run with their results thrown away.
             self._refuse_pending("not run: the generation reached its tool-iteration limit")
             self._record_failure(
-                f"the generation fed tool results back {gen.max_tool_iterations} times, "
-                "its limit (max_tool_iterations); it stopped before running more tools",
-                kind="tool_iteration_limit")
+                f"the generation made {self.rounds} model calls, its limit "
+                "(max_tool_iterations), and the last asked for tools; it stopped before "
+                "running them", kind="tool_iteration_limit")
             return
         self.tool_queue = deque(calls)
         self.phase = "tools"

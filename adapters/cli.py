@@ -856,8 +856,8 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--no-tools", action="store_true",
                           help="offer the model no tools")
     generate.add_argument("--max-tool-iterations", type=int, default=5, metavar="K",
-                          help="times tool results may be fed back before the generation "
-                               "stops with an error (default 5)")
+                          help="model calls the generation may make; when call K asks "
+                               "for tools it stops with an error (default 5)")
     events = add("events", "print a session's stored event timeline", cmd_events)
     events.add_argument("session", help="session id or name")
     events.add_argument("--json", action="store_true", help="one JSON object per event")

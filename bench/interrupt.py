@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from actors.middleware import MiddlewareSettings
 from actors.runtime import ask
 from adapters.anthropic_provider import AnthropicProvider
 from adapters.config import load_settings
@@ -52,7 +53,10 @@ def measure(url: str, n: int) -> tuple[Stats, Stats]:
             "ANTHROPIC_BASE_URL": llm.base_url,
         }
         settings = load_settings(env=env, cwd=tmp)
-        host = Host(msgspec.structs.replace(settings),
+        # One sender starts 2n sessions as fast as it can: the inbox's rate limit (burst 5)
+        # would refuse most of them; this bench measures kills, not the limiter.
+        unlimited = MiddlewareSettings(rate_per_minute=1e9, burst=1_000_000)
+        host = Host(msgspec.structs.replace(settings, middleware=unlimited),
                     provider=AnthropicProvider(api_key=None, base_url=llm.base_url)).start()
         try:
             inbox: queue.Queue[ChannelMessage] = queue.Queue()

@@ -316,8 +316,9 @@ class ToolResultNode(GenerationEvent):
 
 
 class GenerationDone(GenerationEvent):
-    """The turn ended normally: ``nodes`` are the assistant nodes it appended (one per
-    completion when several were asked for), ``stop`` why it ended."""
+    """The turn ended normally: ``nodes`` are its final assistant nodes (seed 003: one for
+    a single completion, not every message made on the way; one per completion when
+    several were asked for), ``stop`` why it ended."""
 
     nodes: list[str]
     stop: str
@@ -405,8 +406,9 @@ class EditNode(Message):
 class Generate(Message):
     """Generate the next assistant message from the session's position with no new user
     message: ``n`` completions (each its own branch; several only with ``tools`` off),
-    at most ``max_tool_iterations`` rounds of tool results fed back (0: none allowed when
-    tools are on). Answered with Accepted, or ErrorReply when refused."""
+    at most ``max_tool_iterations`` model calls (seed 003; 0 counts as 1): a call past
+    them that asks for tools ends the generation with the typed limit error. Answered
+    with Accepted, or ErrorReply when refused."""
 
     session_id: Token
     n: Annotated[int, msgspec.Meta(ge=1, le=16)] = 1

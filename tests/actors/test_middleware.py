@@ -45,3 +45,13 @@ def test_bucket_never_exceeds_its_burst() -> None:
     bucket = TokenBucket(rate=1.0, burst=3, now=0.0)
     assert [bucket.take(1000.0) for _ in range(4)][:3] == [0.0, 0.0, 0.0]
     assert bucket.take(1000.0) == pytest.approx(1.0)
+
+
+def test_the_default_bucket_holds_five_and_refills_at_the_rate() -> None:
+    """Seed 000: burst 5, refilled at rpm / 60 per second (30 a minute: one every 2 s)."""
+    gate = Gate(MiddlewareSettings())
+    sent = [gate.check(UserMessage(text="hi", channel="c", user="u"), 2, 100.0)
+            for _ in range(6)]
+    assert [r is None for r in sent] == [True] * 5 + [False]
+    assert gate.check(UserMessage(text="hi", channel="c", user="u"), 2, 101.9) is not None
+    assert gate.check(UserMessage(text="hi", channel="c", user="u"), 2, 102.0) is None

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from actors.middleware import MiddlewareSettings
 from adapters.fake_llm import FakeLLM
 from adapters.host import Host
 from tests.helpers import say
@@ -55,7 +56,10 @@ def test_auto_mode_approves_policy_escalations_of_its_tools_only(
 ) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY)
-    host = make_host(fake_llm(script(workspace)), policy_file=str(policy))
+    # More than the default burst of five messages, in quick succession: not what this
+    # test is about.
+    host = make_host(fake_llm(script(workspace)), policy_file=str(policy),
+                     middleware=MiddlewareSettings(burst=50))
     channel = watch_channel(host, "test")
 
     sid = say(host, "write notes")  # default mode: the policy's escalation asks a person
