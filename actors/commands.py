@@ -20,7 +20,8 @@ COMMANDS = {
     "deny": "/deny ID [why]: refuse it (any other message while one waits also says no)",
     "plan": "switch to plan mode: explore, write the plan file, then review the plan",
     "edit": "switch to auto mode: the configured tools' escalations are approved",
-    "default": "switch to default mode: escalations are asked",
+    "default": "switch to default mode: escalations are asked (during a plan review: "
+               "implement the plan in it)",
     "proceed": "implement the plan waiting for review",
     "clean": "implement the plan with a fresh context",
     "adjust": "/adjust WHAT: send the plan back with what to change",

@@ -58,7 +58,12 @@ FALLBACK_PLAN = (
 )
 
 PlanSource = Literal["file", "written", "streamed", "fallback"]
-Choice = Literal["proceed", "clean_proceed", "adjust"]
+Choice = Literal["proceed", "clean_proceed", "default", "adjust"]
+"""A plan review's answer: implement it (auto mode), with a fresh context, in the default
+mode (every escalation asked), or change it."""
+
+SHORT_PLAN = 50
+"""A plan this short (stripped) is not embedded in the implementation prompt (seed 000)."""
 
 
 class Question(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -138,7 +143,11 @@ def resolve_plan(on_disk: str | None, written: str | None, streamed: str) -> tup
 
 
 def implementation_prompt(plan: str) -> str:
-    """The message that starts the implementation once a plan is approved."""
+    """The message that starts the implementation once a plan is approved: the plan
+    embedded, unless it is :data:`SHORT_PLAN` characters or fewer (seed 000: then the
+    plain instruction)."""
+    if len(plan.strip()) <= SHORT_PLAN:
+        return "The plan is approved. Implement it now."
     return (
         "The plan below is approved. Implement it now, step by step, and check the result "
         f"as the plan says.\n\n<plan>\n{plan}\n</plan>"
@@ -146,13 +155,9 @@ def implementation_prompt(plan: str) -> str:
 
 
 def read_plan_reply(text: str) -> tuple[Choice, str]:
-    """A chat's plain-text reply to a plan review: ``proceed`` (or yes, ok, go),
-    ``clean`` (or ``clean proceed``), else the text is feedback (adjust)."""
-    word = text.strip().lower().rstrip(".!")
-    if word in ("proceed", "yes", "y", "ok", "go", "go ahead", "approve", "approved"):
-        return "proceed", ""
-    if word in ("clean", "clean proceed", "clean_proceed", "proceed clean"):
-        return "clean_proceed", ""
+    """A chat's plain-text reply to a plan review: always feedback (adjust), as in seed
+    000, even "ok" or "yes": approving takes ``/proceed``, ``/clean`` or ``/default`` (or
+    the connector's button)."""
     return "adjust", text.strip()
 
 
@@ -163,5 +168,6 @@ def plan_result(choice: str, feedback: str) -> tuple[str, bool]:
         return (f"The user wants the plan changed before anything is implemented: "
                 f"{feedback.rstrip('.') or '(no details given)'}. Stay in plan mode, update "
                 "the plan file and call ExitPlanMode again."), True
-    fresh = " with a fresh context" if choice == "clean_proceed" else ""
-    return f"The user approved the plan; implementation follows{fresh}.", False
+    how = {"clean_proceed": " with a fresh context",
+           "default": " in the default mode (each escalated call is asked)"}.get(choice, "")
+    return f"The user approved the plan; implementation follows{how}.", False

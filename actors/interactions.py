@@ -127,7 +127,8 @@ class InteractionCoordinatorActor(TetherActor):
                 request.plan)
             prompt = (f"plan {interaction_id} is ready for review:\n\n{request.plan}\n\n"
                       "Reply /proceed to implement it, /clean to implement it with a fresh "
-                      "context, or /adjust (or any other text) with what to change.")
+                      "context, /default to implement it with every escalated call asked, "
+                      "or /adjust (or any other text) with what to change.")
         deadline = None if kind == "plan_review" else now + dt.timedelta(seconds=self.timeout)
         interaction = Interaction(
             interaction_id=interaction_id, session_id=request.session_id,
@@ -194,7 +195,7 @@ class InteractionCoordinatorActor(TetherActor):
         pending.interaction.choose(choice=choice, feedback=feedback, by=by)
         self._settle(interaction_id, choice, by, f"{choice} chosen by {by}", answer=feedback)
         said = {"proceed": "proceed", "clean_proceed": "proceed with a fresh context",
-                "adjust": "adjust"}[choice]
+                "default": "proceed in the default mode", "adjust": "adjust"}[choice]
         self._tell(pending.request, f"plan {interaction_id}: {said} ({by})", "plan_review")
 
     def _text(self, message: ChatText) -> None:

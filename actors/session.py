@@ -181,7 +181,8 @@ class SessionConfig(msgspec.Struct, kw_only=True):
     """The folder ``/dir`` may not leave (the engine's workspace); empty: the session's."""
     mode: Mode = "default"
     """The mode a new session starts in: default, plan or auto."""
-    auto_approve: list[str] = msgspec.field(default_factory=lambda: ["write_file"])
+    auto_approve: list[str] = msgspec.field(
+        default_factory=lambda: ["write_file", "edit_file"])
     """Tools whose policy escalations ``auto`` mode approves (``/edit``)."""
     idle_timeout: float = 1800.0
     """Seconds a multi-turn session may wait for input before it is killed (0: never)."""
@@ -594,6 +595,11 @@ class SessionActor(TetherActor):
                 self._answer_approval(interaction, approved=name == "approve", message=message,
                                       reason=why.strip())
                 result = "answer sent"
+        elif name == "default" and self.phase == "review":  # seed 000's third choice
+            self.send(self.subjects.interactions, PlanAnswer(
+                session_id=self.session_id, choice="default", user=message.user,
+                channel=message.channel))
+            result = "answer sent"
         elif name in MODE_COMMANDS:
             mode = MODE_COMMANDS[name]
             auto = self._auto_list(mode)
@@ -1425,7 +1431,7 @@ class SessionActor(TetherActor):
     def _on_review(self, settled: InteractionSettled) -> None:
         choice = settled.outcome
         self.session.review_plan(choice=choice, feedback=settled.answer, by=settled.by)
-        if choice not in ("proceed", "clean_proceed", "adjust"):
+        if choice not in ("proceed", "clean_proceed", "default", "adjust"):
             why = f"the plan review ended without an answer: {settled.reason}"
             self._refuse_pending(why)
             self._record_failure(why)
@@ -1449,6 +1455,10 @@ class SessionActor(TetherActor):
         self._complete_turn("plan_review", take_queued=False)
         if choice == "adjust":
             self._receive(settled.answer or "Please revise the plan.", channel, user)
+        elif choice == "default":  # implemented with every escalation asked
+            self.session.change_mode(mode="default", auto_approve=[],
+                                     reason=f"plan approved by {user}, in the default mode")
+            self._receive(engine_tools.implementation_prompt(plan), channel, user)
         else:
             self.session.change_mode(mode="auto", auto_approve=self._auto_list("auto"),
                                      reason=f"plan approved by {user}")

@@ -237,7 +237,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     mode: Mode = "default"
     """The mode new sessions start in: default, plan or auto (``/plan``, ``/edit``,
     ``/default`` switch it)."""
-    auto_approve: list[str] = msgspec.field(default_factory=lambda: ["write_file"])
+    auto_approve: list[str] = msgspec.field(
+        default_factory=lambda: ["write_file", "edit_file"])
     """Tools whose policy escalations auto mode approves; never protection's minimum
     tiers nor a heuristic's doubt."""
     deny_tools: list[str] = msgspec.field(default_factory=list)

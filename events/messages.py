@@ -606,7 +606,8 @@ class InteractionSettled(Message):
     """Coordinator -> session on ``<ns>.session.<id>``: what became of an interaction.
 
     ``outcome``: approved or denied (approvals), answered (questions; ``answer`` holds the
-    text), proceed, clean_proceed or adjust (plan reviews; ``answer`` holds the feedback),
+    text), proceed, clean_proceed, default or adjust (plan reviews; ``answer`` holds the
+    feedback),
     expired (no answer in time) or cancelled. ``by`` is the user, ``timeout`` or
     ``tether``."""
 
@@ -614,8 +615,8 @@ class InteractionSettled(Message):
     call_id: str
     interaction_id: str
     kind: Literal["approval", "question", "plan_review"]
-    outcome: Literal["approved", "denied", "answered", "proceed", "clean_proceed", "adjust",
-                     "expired", "cancelled"]
+    outcome: Literal["approved", "denied", "answered", "proceed", "clean_proceed", "default",
+                     "adjust", "expired", "cancelled"]
     by: str
     reason: str = ""
     answer: str = ""
@@ -641,7 +642,7 @@ class PlanAnswer(Message):
     session's pending plan review."""
 
     session_id: Token
-    choice: Literal["proceed", "clean_proceed", "adjust"]
+    choice: Literal["proceed", "clean_proceed", "default", "adjust"]
     user: str
     feedback: str = ""
     channel: OptionalToken = ""

@@ -105,27 +105,18 @@ def test_else_a_fallback_line_that_says_how_to_get_the_plan() -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["proceed", "Proceed.", " yes ", "Y", "ok!", "go", "Go ahead", "approve",
-             "APPROVED"])
-def test_proceed_words_proceed(text: str) -> None:
-    assert read_plan_reply(text) == ("proceed", "")
-
-
-@pytest.mark.parametrize("text", ["clean", "Clean proceed", "clean_proceed", "proceed clean."])
-def test_clean_words_proceed_with_a_fresh_context(text: str) -> None:
-    assert read_plan_reply(text) == ("clean_proceed", "")
-
-
-@pytest.mark.parametrize(
     ("text", "feedback"),
     [
         ("  Use sqlite instead of postgres.  ", "Use sqlite instead of postgres."),
         ("no", "no"),
         ("proceed, but add tests first", "proceed, but add tests first"),
         ("", ""),
+        # Seed 000: plain text is feedback, even a yes; approving takes /proceed.
+        ("ok", "ok"), ("yes", "yes"), ("go", "go"), ("proceed", "proceed"),
+        ("clean", "clean"),
     ],
 )
-def test_anything_else_is_feedback(text: str, feedback: str) -> None:
+def test_plain_text_is_always_feedback(text: str, feedback: str) -> None:
     assert read_plan_reply(text) == ("adjust", feedback)
 
 
@@ -150,10 +141,17 @@ def test_adjusting_is_an_error_carrying_the_feedback() -> None:
 
 
 def test_the_implementation_prompt_contains_the_plan() -> None:
-    plan = "1. add the table\n2. migrate\n3. run the tests"
+    plan = "1. add the table\n2. migrate\n3. run the tests, then the benchmarks"
     prompt = implementation_prompt(plan)
     assert f"<plan>\n{plan}\n</plan>" in prompt
     assert "approved" in prompt.lower()
+
+
+def test_a_plan_of_fifty_characters_or_fewer_is_not_embedded() -> None:
+    """Seed 000: a stripped plan of 50 characters or fewer gives the plain instruction."""
+    short = "  " + "x" * 50 + "\n"
+    assert implementation_prompt(short) == "The plan is approved. Implement it now."
+    assert "<plan>" in implementation_prompt("x" * 51)
 
 
 def test_the_engine_tools_are_claude_codes_two_and_the_meta_tools() -> None:

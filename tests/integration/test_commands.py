@@ -47,7 +47,8 @@ def test_commands(
     say("/plan", sid)
     assert channel.wait_for("status").text.startswith("mode is now plan; the plan goes to")
     say("/edit", sid)
-    assert channel.wait_for("status").text == "mode is now auto; auto-approved: write_file"
+    assert channel.wait_for("status").text == (
+        "mode is now auto; auto-approved: write_file, edit_file")
     say("/status", sid)
     status = channel.wait_for("status").text
     assert "mode auto" in status and "auto-approvals: write_file" in status
@@ -71,5 +72,5 @@ def test_commands(
     assert names.count("CommandRun") == 9 and names.count("UserMessageReceived") == 2
     modes = [(e.mode, e.auto_approve) for e in host.app.session_events(sid)
              if type(e).__name__ == "ModeChanged"]
-    assert modes == [("plan", []), ("auto", ["write_file"]), ("default", [])]
+    assert modes == [("plan", []), ("auto", ["write_file", "edit_file"]), ("default", [])]
     assert "ContextCleared" in names and "WorkspaceChanged" in names

@@ -21,6 +21,11 @@ rules:
     verdict: escalate
     tier: 3
     reason: edits are checked by a person
+  - name: changes-need-a-person
+    tool: edit_file
+    verdict: escalate
+    tier: 3
+    reason: edits are checked by a person
 """
 
 
@@ -37,6 +42,12 @@ responses:
       - tool_use: {{name: write_file, input: {{path: "{workspace}/notes.txt", content: "b"}}}}
   - match: "wrote"
     blocks: [{{text: "Written."}}]
+  - match: "fix the notes"
+    blocks:
+      - tool_use: {{name: edit_file, input: {{path: "{workspace}/notes.txt", old_text: "b",
+                                             new_text: "c"}}}}
+  - match: "edited"
+    blocks: [{{text: "Fixed."}}]
   - match: "remember"
     blocks:
       - tool_use: {{name: write_file, input: {{path: "{workspace}/MEMORY.md", content: "x"}}}}
@@ -73,6 +84,10 @@ def test_auto_mode_approves_policy_escalations_of_its_tools_only(
     say(host, "write notes again", sid)
     channel.wait_for("completed")
     assert (workspace / "notes.txt").read_text() == "b"
+    assert decisions(host, sid)[-1] == ("allow", "auto")
+    say(host, "fix the notes", sid)  # seed 000: auto mode accepts edits, Edit included
+    channel.wait_for("completed")
+    assert (workspace / "notes.txt").read_text() == "c"
     assert decisions(host, sid)[-1] == ("allow", "auto")
 
     # A memory file needs tier 1 from protection: auto mode does not answer for it.

@@ -20,6 +20,9 @@ from tests.conftest import Engine
 from tests.helpers import say
 
 SID = "s1"
+LONG_PLAN = "1. write hello.txt with a friendly greeting\\n2. read it back to check it"
+"""A plan over 50 characters (so it is embedded in the implementation prompt), as YAML
+writes it in the script."""
 
 
 @pytest.fixture
@@ -67,7 +70,7 @@ responses:
     blocks:
       - tool_use:
           name: write_file
-          input: {{path: "{plan}", content: "1. write hello.txt\\n2. read it back"}}
+          input: {{path: "{plan}", content: "{LONG_PLAN}"}}
   - match: "wrote"
     blocks:
       - text: "The plan is ready."
@@ -101,7 +104,7 @@ def test_proceed_keeps_the_context_and_implements_in_auto_mode(
     assert not (workspace / "hello.txt").exists()
     refused = results(host)[0]
     assert refused.is_error and "plan mode: only the plan file" in refused.content
-    assert plan_file(workspace).read_text() == "1. write hello.txt\n2. read it back"
+    assert plan_file(workspace).read_text() == LONG_PLAN.replace("\\n", "\n")
     first = llm.requests[0]
     assert "You are in plan mode" in first["system"] and str(plan_file(workspace)) in first[
         "system"]
@@ -114,7 +117,7 @@ def test_proceed_keeps_the_context_and_implements_in_auto_mode(
 
     proposed = events_named(host, "PlanProposed")
     assert [(p.source, p.plan) for p in proposed] == [
-        ("file", "1. write hello.txt\n2. read it back")]
+        ("file", LONG_PLAN.replace("\\n", "\n"))]
     assert [(r.choice, r.by) for r in events_named(host, "PlanReviewed")] == [("proceed", "ana")]
     modes = [(m.mode, m.reason) for m in events_named(host, "ModeChanged")]
     assert modes == [("plan", "the configured starting mode"), ("auto", "plan approved by ana")]
@@ -130,7 +133,7 @@ def test_proceed_keeps_the_context_and_implements_in_auto_mode(
     assert "ExitPlanMode" not in {t["name"] for t in implementation["tools"]}
     session = host.app.session(sid)
     assert session is not None and session.mode == "auto"
-    assert session.auto_approve == ["write_file"]
+    assert session.auto_approve == ["write_file", "edit_file"]
 
 
 def test_clean_proceed_starts_the_implementation_with_a_fresh_context(
@@ -201,7 +204,7 @@ responses:
       - tool_use: {{name: write_file, input: {{path: "{plan}", content: "1. greet"}}}}
   - match: "wrote"
     blocks: [{{text: "I wrote the plan."}}]
-  - match: "plan below is approved"
+  - match: "Implement it now"
     blocks: [{{text: "Implemented."}}]
 """
     host, _, llm = engine(script, mode="plan")
@@ -209,12 +212,16 @@ responses:
     sid = say(host, "plan the greeting")
     assert "1. greet" in review(channel)
     assert not events_named(host, "TurnCompleted")  # the turn waits for the review
-    say(host, "proceed", sid)  # plain text works as well as /proceed
+    say(host, "/proceed", sid)
     channel.wait_for("completed")
     assert channel.wait_for("completed").text
     assert [p.source for p in events_named(host, "PlanProposed")] == ["file"]
     assert [p.call_id for p in events_named(host, "PlanProposed")] == [""]
-    assert "1. greet" in json.dumps(llm.requests[-1]["messages"])
+    # Seed 000: a plan of 50 characters or fewer is not embedded; the plain instruction.
+    implementation = next(r for r in llm.requests
+                          if "Implement it now" in json.dumps(r["messages"]))
+    asked = json.dumps(implementation["messages"][-1])
+    assert "The plan is approved. Implement it now." in asked and "<plan>" not in asked
 
 
 def test_the_plan_comes_from_the_streamed_text_else_a_fallback_line(
@@ -287,9 +294,12 @@ def test_a_kill_cancels_a_pending_plan_review(
     assert exit_call.is_error and "killed" in exit_call.content
 
 
+@pytest.mark.parametrize("typed", ["proceed", "/proceed"])
 def test_the_terminal_reviews_the_plan_and_follows_the_implementation(
-    engine: Callable[..., Engine], workspace: Path,
+    engine: Callable[..., Engine], workspace: Path, typed: str,
 ) -> None:
+    """The prompt's own word, or the command the notice names (it used to send the plan
+    back with "/proceed" as the feedback)."""
     import io
 
     from adapters.terminal import TerminalConnector
@@ -298,7 +308,7 @@ def test_the_terminal_reviews_the_plan_and_follows_the_implementation(
                      mode="plan")
     out = io.StringIO()
     terminal = TerminalConnector(host.bus, host.subjects, channel="term", out=out,
-                                 answer=lambda prompt: "proceed")
+                                 answer=lambda prompt: typed)
     terminal.say("add a greeting file")
     last = terminal.print_turn(timeout=30)
     assert last.kind == "completed"
@@ -306,3 +316,31 @@ def test_the_terminal_reviews_the_plan_and_follows_the_implementation(
     assert "1. write hello.txt" in printed and "Done: hello.txt says hello." in printed
     assert (workspace / "hello.txt").read_text() == "hello"
     terminal.close()
+
+
+def test_ok_is_feedback_and_default_implements_with_every_escalation_asked(
+    engine: Callable[..., Engine], workspace: Path,
+    watch_channel: Callable[..., Any],
+) -> None:
+    """Seed 000: free text during a review is feedback, even "ok"; /default is the third
+    choice: implement the plan in the default mode, without auto-approvals."""
+    host, _, llm = engine(planning_script(workspace, IMPLEMENT.format(workspace=workspace))
+                          + """  - match: "wants the plan changed"
+    blocks:
+      - tool_use: {name: ExitPlanMode, input: {}}
+""", mode="plan")
+    channel = watch_channel(host, "test")
+    sid = say(host, "add a greeting file", user="ana")
+    review(channel)
+    say(host, "ok", sid, user="ana")
+    review(channel)  # sent back, then offered again
+    say(host, "/default", sid, user="ana")
+    channel.wait_for("completed")
+    channel.wait_for("completed")
+    assert [(r.choice, r.feedback) for r in events_named(host, "PlanReviewed")] == [
+        ("adjust", "ok"), ("default", "")]
+    modes = [(m.mode, m.auto_approve) for m in events_named(host, "ModeChanged")]
+    assert modes[-1] == ("default", [])
+    session = host.app.session(sid)
+    assert session is not None and session.mode == "default"
+    assert any("plan below is approved" in json.dumps(r["messages"]) for r in llm.requests)
