@@ -621,6 +621,10 @@ def _error_body(kind: str, message: str) -> bytes:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
+    disable_nagle_algorithm = True
+    """TCP_NODELAY on every connection: with Nagle's algorithm on, a request sent within
+    about 40 ms of the previous answer on the same connection (a tool turn's second call)
+    waited for a delayed ACK (a tool turn took 97.6 ms instead of 62)."""
 
     def log_message(self, format: str, *args: Any) -> None:
         """Silence the default per-request access log."""

@@ -149,7 +149,9 @@ class TerminalConnector:
     def _answer_approval(self, interaction_id: str) -> None:
         assert self.answer is not None
         reply = self.answer("approve? [y/N or a reason] ").strip()
-        if reply.lower() in ("y", "yes"):
+        if reply.startswith("/"):  # a command, as the notice says to type it: as typed
+            self.say(reply)
+        elif reply.lower() in ("y", "yes"):
             self.say(f"/approve {interaction_id}")
         else:
             self.say(f"/deny {interaction_id} {reply}".rstrip())
@@ -157,13 +159,17 @@ class TerminalConnector:
 
     def _review_plan(self) -> None:
         assert self.answer is not None
-        reply = self.answer("proceed, clean, or what to change> ").strip()
-        word = reply.lower()
-        if word in ("proceed", "clean", "p", "c", "y", "yes"):
-            self._reply("/clean" if word in ("clean", "c") else "/proceed")
+        reply = self.answer("proceed, clean, default, or what to change> ").strip()
+        if reply.startswith("/"):  # a command, as the notice says to type it: as typed
+            command = reply.split(maxsplit=1)[0].lower()
+            self._reply(reply)
+        else:  # this prompt's own words are its buttons; anything else is feedback
+            command = {"proceed": "/proceed", "p": "/proceed", "y": "/proceed",
+                       "yes": "/proceed", "clean": "/clean", "c": "/clean",
+                       "default": "/default", "d": "/default"}.get(reply.lower(), "")
+            self._reply(command or f"/adjust {reply}".rstrip())
+        if command in ("/proceed", "/clean", "/default"):
             self._turns_left += 1  # the implementation turn follows the planning turn
-        else:
-            self._reply(f"/adjust {reply}".rstrip())
 
     def _reply(self, text: str) -> None:
         self.say(text)

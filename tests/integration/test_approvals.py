@@ -159,6 +159,36 @@ def test_the_terminal_answers_approvals_during_the_turn_and_reasons_need_no_id(
         host.stop()
 
 
+def test_typing_what_the_notice_says_at_the_terminals_prompt_does_what_it_says(
+    make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
+) -> None:
+    """The notice says "Reply /approve ID": typed at the approval prompt, it approves (it
+    used to deny the call with "/approve ID" as the reason)."""
+    import io
+    import re
+
+    from adapters.terminal import TerminalConnector
+
+    host, _ = start(make_settings, fake_llm)
+    try:
+        out = io.StringIO()
+
+        def as_the_notice_says(prompt: str) -> str:
+            found = re.findall(r"Reply (/approve \w+)", out.getvalue())
+            return found[-1]
+
+        terminal = TerminalConnector(host.bus, host.subjects, channel="term", out=out,
+                                     answer=as_the_notice_says)
+        terminal.say("please publish it")
+        assert terminal.print_turn(timeout=30).kind == "completed"
+        assert "exit code" in result_of(host, terminal.session_id).content  # it ran
+        decided = _calls(host, terminal.session_id, "ToolCallDecided")
+        assert decided[-1].decision == "allow" and decided[-1].tier == "human"
+        terminal.close()
+    finally:
+        host.stop()
+
+
 def test_a_wrong_id_approves_nothing_and_timeouts_are_not_people(
     make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
     watch_channel: Callable[..., Any],
