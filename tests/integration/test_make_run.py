@@ -37,6 +37,8 @@ def test_make_run_on_a_clean_checkout(tmp_path: Path) -> None:
                             text=True, timeout=900)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
+    # The packaging is clean: setuptools has nothing to warn about.
+    assert "is deprecated" not in output and "is absent from the `packages`" not in output
     assert "rule no-todo interrupted the reply" in output
     assert "denied" in output and "outside the workspace" in output
     assert "== event timeline" in output and "TurnCompleted" in output
