@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import getpass
+import importlib.metadata
 import logging
 import os
 import shutil
@@ -727,8 +729,12 @@ def cmd_undo(args: argparse.Namespace) -> int:
             raise ConfigError(f"session {sid} changed while undoing; nothing was restored, "
                               "try again") from None
         for event, snapshot in snapshots:
-            for path in store.restore(snapshot):
-                print(f"restored {path} (as before event {event.originator_version})")
+            store.restore(snapshot)
+            for entry in snapshot.entries:
+                before = f"event {event.originator_version}"
+                print(f"removed {entry.path} (it did not exist before {before})"
+                      if entry.kind == "absent" else
+                      f"restored {entry.path} (as before {before})")
     return 0
 
 
@@ -740,6 +746,45 @@ def cmd_fake_llm(args: argparse.Namespace, rest: list[str]) -> int:
 
 # --- parser ----------------------------------------------------------------------------
 
+_TIME_FORMATS = ("%Y", "%Y-%m", "%Y-%m-%d", "%Y-%m-%dT%H", "%Y-%m-%dT%H:%M",
+                 "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S.%f")
+
+
+def iso_time(value: str) -> str:
+    """An argparse type: an ISO 8601 UTC time, as precise as wanted (``2026-11``,
+    ``2026-11-22``, ``2026-11-22T14:30``...; a space may stand for the ``T``, a trailing
+    ``Z`` is allowed), returned in the form the audit index compares; anything else is
+    refused, naming the accepted forms."""
+    text = value.strip().replace(" ", "T").removesuffix("Z")
+    for form in _TIME_FORMATS:
+        try:
+            datetime.datetime.strptime(text, form)
+        except ValueError:
+            continue
+        return text
+    raise argparse.ArgumentTypeError(
+        f"{value!r} is not a time: use ISO 8601 in UTC, as precise as you like: 2026, "
+        "2026-11, 2026-11-22, 2026-11-22T14:30 or 2026-11-22T14:30:05")
+
+
+def event_number(value: str) -> int:
+    """An argparse type: an event number (events count from 1)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an event number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(
+            f"{number} is not an event number: a session's events count from 1")
+    return number
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("tether")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command."""
@@ -750,6 +795,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", metavar="FILE", help="settings file (default ./tether.toml)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the engine does")
+    parser.add_argument("--version", action="version", version=f"tether {_version()}",
+                        help="print Tether's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def add(name: str, helptext: str, func: Callable[..., int]) -> argparse.ArgumentParser:
@@ -863,7 +910,8 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("--json", action="store_true", help="one JSON object per event")
     replay = add("replay", "show a session as it stood after event N", cmd_replay)
     replay.add_argument("session", help="session id or name")
-    replay.add_argument("--until", type=int, metavar="N", help="event number (default: latest)")
+    replay.add_argument("--until", type=event_number, metavar="N",
+                        help="event number, from 1 (default: latest)")
     rules = sub.add_parser(
         "rules", help="TTSR rules: list, check, test over a stored session, injections",
         description="Time-traveling stream rules: what is loaded, whether a file is valid, "
@@ -904,8 +952,10 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--tool", help="only this tool")
     audit.add_argument("--verdict", choices=["allow", "deny"], help="only this verdict")
     audit.add_argument("--tier", help="only decisions of this tier (protection, policy...)")
-    audit.add_argument("--since", metavar="TIME", help="ISO 8601 time, inclusive")
-    audit.add_argument("--until", metavar="TIME", help="ISO 8601 time, inclusive")
+    audit.add_argument("--since", metavar="TIME", type=iso_time,
+                       help="ISO 8601 UTC time, inclusive (2026-11-22, 2026-11-22T14:30)")
+    audit.add_argument("--until", metavar="TIME", type=iso_time,
+                       help="ISO 8601 UTC time, inclusive; a day includes all of it")
     audit.add_argument("--json", action="store_true", help="one JSON object per call")
     audit.add_argument("--refused", action="store_true",
                        help="list what was refused instead: messages the inbox middleware "

@@ -27,6 +27,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final, Literal
@@ -473,6 +474,12 @@ def _convert(key: str, value: Any, where: str, *, strict: bool) -> Any:
     try:
         return msgspec.convert(value, type=info.type, strict=strict)
     except msgspec.ValidationError as exc:
+        choices = typing.get_args(info.type) if typing.get_origin(
+            info.type) is typing.Literal else ()
+        if choices and key not in _SECRET_FIELDS:
+            valid = ", ".join(str(c) for c in choices)
+            raise ConfigError(f"{where}: {value!r} is not a valid value; use one of: "
+                              f"{valid}") from None
         message = str(exc).replace("`", "")
         if key not in _SECRET_FIELDS and isinstance(value, str | int | float | bool):
             message = re.sub(r", got \w+$", "", message) + f", got {value!r}"

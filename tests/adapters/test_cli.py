@@ -66,3 +66,28 @@ def test_unknown_session_and_unreachable_engine_are_one_line(env: dict[str, str]
     code, _, err = tether("chat", "--remote", env={**env, "TETHER_NATS_URL": "nats://127.0.0.1:1"},
                           stdin="hi\n")
     assert code == 1 and "cannot connect to NATS" in err and "Traceback" not in err
+
+
+def test_a_value_outside_a_choice_lists_the_valid_ones(env: dict[str, str]) -> None:
+    code, _, err = tether("config", env={**env, "TETHER_MODE": "fast"})
+    assert code == 2
+    assert err.strip() == ("tether: TETHER_MODE: 'fast' is not a valid value; use one of: "
+                           "default, plan, auto")
+
+
+def test_bad_times_and_event_numbers_are_refused_naming_what_is_accepted(
+        env: dict[str, str]) -> None:
+    for args in (("audit", "--since", "yesterday"), ("audit", "--until", "2026-13-01"),
+                 ("audit", "--since", "22/11/2026")):
+        code, out, err = tether(*args, env=env)
+        assert code == 2 and "is not a time" in err and "2026-11-22T14:30" in err, args
+        assert out == ""  # nothing silently matched
+    code, _, err = tether("replay", "some-session", "--until", "0", env=env)
+    assert code == 2 and "events count from 1" in err
+    code, _, err = tether("audit", "--since", "2026-11-22 14:30Z", env=env)
+    assert code == 0, err  # a space for the T and a trailing Z are fine
+
+
+def test_version(env: dict[str, str]) -> None:
+    code, out, _ = tether("--version", env=env)
+    assert code == 0 and out.startswith("tether ") and out.split()[1][0].isdigit()

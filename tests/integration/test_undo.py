@@ -59,6 +59,10 @@ def test_undo_restores_what_the_calls_changed(
     out = undo()  # the last change only: the shell command's
     assert "old.txt" in out and (workspace / "old.txt").read_text() == "keep me"
     assert not (workspace / "made.txt").exists()
+    # What it did, in its words: a file the call created is removed, not "restored".
+    lines = sorted(out.splitlines())
+    assert lines[0].startswith(f"removed {workspace / 'made.txt'} (it did not exist before")
+    assert lines[1].startswith(f"restored {workspace / 'old.txt'} (as before event")
     assert (workspace / "notes.txt").read_text() == "second version"
     undo("--to", str(first - 1))  # everything after the first snapshot was taken
     assert (workspace / "notes.txt").read_text() == "first version"
