@@ -499,7 +499,12 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     from adapters.render import render_sessions
 
     with _store(args) as (settings, app):
-        print(render_sessions(_view(settings, app)))
+        rows = _view(settings, app)
+    if args.json:
+        for row in rows:
+            print(msgspec.json.encode(row).decode())
+    else:
+        print(render_sessions(rows))
     return 0
 
 
@@ -529,10 +534,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
         session = app.session(sid, version=args.until)
         if session is None:
             raise ConfigError(f"session {sid} has no events")
+        if args.json:
+            print(msgspec.json.encode(_session_json(session)).decode())
+            return 0
         if args.until is not None and args.until > session.version:
             print(f"(the session has only {session.version} events)")
         print(render_session(session))
     return 0
+
+
+def _session_json(session: Any) -> dict[str, Any]:
+    """A replayed session as one JSON object: its state and its history."""
+    fields = ("session_id", "name", "owner", "status", "mode", "workspace", "channel",
+              "model", "turns", "input_tokens", "output_tokens", "cost_usd", "budget_usd",
+              "fired_rules")
+    return {"version": session.version, **{f: getattr(session, f) for f in fields},
+            "history": session.history}
 
 
 def _rule_line(rule: Any, engine: str, defaults: Any) -> str:
@@ -627,6 +644,10 @@ def cmd_rules_injections(args: argparse.Namespace) -> int:
 
     with _view_of(args, InjectionRecords, "injections") as view:
         records = view.records(args.session)
+    if args.json:
+        for record in records:
+            print(msgspec.json.encode(record).decode())
+        return 0
     if not records:
         print("no rule has fired yet")
     for r in records:
@@ -826,7 +847,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="seconds to wait for a turn (default %(default)s)")
     add("demo", "run a short scripted conversation that shows every actor, then print the "
         "session view and its event timeline", cmd_demo)
-    add("sessions", "list sessions from the session view", cmd_sessions)
+    sessions = add("sessions", "list sessions from the session view", cmd_sessions)
+    sessions.add_argument("--json", action="store_true", help="one JSON object per session")
     sandbox = sub.add_parser(
         "sandbox", help="the sandbox shell, git and MCP stdio processes run in",
         description="What the sandbox (bubblewrap) can do on this machine.")
@@ -912,6 +934,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("session", help="session id or name")
     replay.add_argument("--until", type=event_number, metavar="N",
                         help="event number, from 1 (default: latest)")
+    replay.add_argument("--json", action="store_true",
+                        help="the session as one JSON object (its state and history)")
     rules = sub.add_parser(
         "rules", help="TTSR rules: list, check, test over a stored session, injections",
         description="Time-traveling stream rules: what is loaded, whether a file is valid, "
@@ -939,6 +963,7 @@ def build_parser() -> argparse.ArgumentParser:
         "injections", help="rules that fired, from the injection records",
         description="Every recorded TTSR injection, oldest first.")
     injections.add_argument("--session", metavar="ID", help="only this session")
+    injections.add_argument("--json", action="store_true", help="one JSON object per firing")
     injections.set_defaults(func=cmd_rules_injections)
     undo = add("undo", "put back the files a session's tool calls changed (from the snapshots "
                "taken before each call)", cmd_undo)

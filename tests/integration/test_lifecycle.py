@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -255,6 +256,13 @@ def test_tether_kill_and_fork_talk_to_the_running_engine(
     sid = say(host, "count the stars", user=getpass.getuser())  # the command line's own
     channel.wait_for("completed")
     tether = tether_cli(host, nats_url)
+    listed = [json.loads(line) for line in tether("sessions", "--json").stdout.splitlines()]
+    assert [row["session_id"] for row in listed] == [sid]
+    replayed = json.loads(tether("replay", sid, "--until", "3", "--json").stdout)
+    assert replayed["version"] == 3 and replayed["session_id"] == sid
+    assert replayed["history"][0]["content"][0]["text"] == "count the stars"
+    fired = tether("rules", "injections", "--json")
+    assert fired.returncode == 0 and fired.stdout == ""  # no rule fired: nothing, as JSON
 
     forked = tether("fork", "count-stars", "--at", "3")
     assert forked.returncode == 0, forked.stderr
