@@ -49,6 +49,8 @@ class GlobInput(msgspec.Struct, forbid_unknown_fields=True):
 
     pattern: str
     path: str = "."
+    include_ignored: bool = False
+    """Also files ``.gitignore`` leaves out and hidden folders (skipped by default)."""
 
 
 class GrepInput(msgspec.Struct, forbid_unknown_fields=True):
@@ -59,6 +61,8 @@ class GrepInput(msgspec.Struct, forbid_unknown_fields=True):
     glob: str | None = None
     ignore_case: bool = False
     max_results: Positive | None = None
+    include_ignored: bool = False
+    """Also files ``.gitignore`` leaves out and hidden folders (skipped by default)."""
 
 
 class RunShellInput(msgspec.Struct, forbid_unknown_fields=True):
@@ -185,8 +189,9 @@ DEFINITIONS: list[dict[str, Any]] = [
             "Find files in the workspace whose path matches a glob pattern, sorted by path. "
             "The pattern is relative to the folder 'path': '*' matches within one folder "
             "level, '**/' any number of folders ('**/*.py' finds Python files at any depth), "
-            "'?' one character, '[abc]' a set. Symlinked folders and .git are not entered. "
-            "Long results are capped with a note."
+            "'?' one character, '[abc]' a set. Symlinked folders and .git are not entered; "
+            "files .gitignore leaves out and hidden folders (.venv, .cache) are skipped "
+            "unless include_ignored. Long results are capped with a note."
         ),
         "input_schema": {
             "type": "object",
@@ -195,6 +200,11 @@ DEFINITIONS: list[dict[str, Any]] = [
                 "path": {
                     "type": "string",
                     "description": "Folder to search in, relative to the workspace (default '.').",
+                },
+                "include_ignored": {
+                    "type": "boolean",
+                    "description": ("Also files .gitignore leaves out and hidden folders "
+                                    "(default false)."),
                 },
             },
             "required": ["pattern"],
@@ -207,7 +217,8 @@ DEFINITIONS: list[dict[str, Any]] = [
             "Search the text files of the workspace for a regular expression (Python re "
             "syntax), line by line. Returns 'file:line:text' for each matching line, sorted by "
             "file; binary files, .git and credential files (.env, keys) met while walking a "
-            "folder are skipped. Results are capped at max_results with a note."
+            "folder are skipped, and so are files .gitignore leaves out and hidden folders "
+            "unless include_ignored. Results are capped at max_results with a note."
         ),
         "input_schema": {
             "type": "object",
@@ -234,6 +245,11 @@ DEFINITIONS: list[dict[str, Any]] = [
                     "type": "integer",
                     "minimum": 1,
                     "description": "Most matching lines to return (default 200).",
+                },
+                "include_ignored": {
+                    "type": "boolean",
+                    "description": ("Also files .gitignore leaves out and hidden folders "
+                                    "(default false)."),
                 },
             },
             "required": ["pattern"],

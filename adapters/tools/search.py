@@ -5,6 +5,11 @@ They walk folders through directory descriptors opened beneath the workspace
 the walk runs is not followed, and a file symlink counts only when it resolves to a regular
 file beneath the workspace. ``grep`` reads each file through a descriptor it checked with
 ``fstat``: FIFOs, sockets and devices are skipped (never block).
+
+By default both leave out what a developer's tools leave out: files and folders the
+``.gitignore`` files of the folders walked exclude (git's rules, through ``pathspec``;
+each file applies below its folder), and hidden folders (``.venv``, ``.cache``...).
+``include_ignored`` searches everything.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import os
 import posixpath
 import re
 import stat
+
+import pathspec
 
 from actors.ports import ToolOutput
 from actors.security.globs import glob_match
@@ -56,7 +63,40 @@ def _is_file_beneath(root: Root, path: str) -> bool:
         return False
 
 
-def _files_under(root: Root, base_fd: int, base: str) -> tuple[list[str], set[str]]:
+def _read_gitignore(fd: int) -> pathspec.GitIgnoreSpec | None:
+    """The ``.gitignore`` of the folder open as ``fd``, if it has a readable one."""
+    try:
+        ignore = os.open(".gitignore", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, dir_fd=fd)
+    except OSError:
+        return None
+    with closing_fd(ignore):
+        if not stat.S_ISREG(os.fstat(ignore).st_mode):
+            return None
+        text = os.read(ignore, 1 << 20).decode("utf-8", errors="replace")
+    return pathspec.GitIgnoreSpec.from_lines(text.splitlines()) if text.strip() else None
+
+
+_Rules = tuple[tuple[str, pathspec.GitIgnoreSpec], ...]
+"""The ``.gitignore`` files in force: each with the folder (``prefix``) it applies below."""
+
+
+def _ignored(rules: _Rules, rel: str, is_dir: bool) -> bool:
+    """Whether the ``.gitignore`` files in force leave ``rel`` out (the deepest one that
+    says anything about it decides, as in git)."""
+    verdict = False
+    for prefix, spec in rules:
+        if not rel.startswith(prefix):
+            continue
+        below = rel[len(prefix):] + ("/" if is_dir else "")
+        result = spec.check_file(below)
+        if result.include is not None:
+            verdict = result.include  # GitIgnoreSpec: include means "ignored"
+    return verdict
+
+
+def _files_under(root: Root, base_fd: int, base: str,
+                 include_ignored: bool = False) -> tuple[list[str], set[str]]:
     """The regular files below the folder open as ``base_fd`` (``base`` relative to the
     root), as ``/`` paths relative to ``base``, sorted, and which of them are symlinks.
 
@@ -64,22 +104,29 @@ def _files_under(root: Root, base_fd: int, base: str) -> tuple[list[str], set[st
     ``O_NOFOLLOW`` (a symlinked folder, or one swapped for a symlink, is not entered), and a
     file symlink counts only when it leads to a regular file beneath the root. FIFOs,
     sockets and devices are left out, version-control folders skipped, unreadable folders
-    passed over.
+    passed over. Unless ``include_ignored``, what ``.gitignore`` files leave out and hidden
+    folders are skipped too (see the module's docstring).
     """
     found: list[str] = []
     links: set[str] = set()
-    pending: list[tuple[int, str]] = [(os.dup(base_fd), "")]
+    pending: list[tuple[int, str, _Rules]] = [(os.dup(base_fd), "", ())]
     try:
         while pending:
-            fd, prefix = pending.pop()
+            fd, prefix, rules = pending.pop()
             with closing_fd(fd):
                 try:
                     with os.scandir(fd) as scan:
                         entries = [(e.name, kind_of(e)) for e in scan]
                 except OSError:
                     continue
+                if not include_ignored and (spec := _read_gitignore(fd)) is not None:
+                    rules = (*rules, (prefix, spec))
                 for name, kind in entries:
                     rel = prefix + name
+                    if not include_ignored and (
+                            (kind == "dir" and name.startswith("."))
+                            or (rules and _ignored(rules, rel, kind == "dir"))):
+                        continue
                     if kind == "file":
                         found.append(rel)
                     elif kind == "link":
@@ -91,9 +138,9 @@ def _files_under(root: Root, base_fd: int, base: str) -> tuple[list[str], set[st
                             child = os.open(name, _SUBDIR_FLAGS, dir_fd=fd)
                         except OSError:
                             continue
-                        pending.append((child, rel + "/"))
+                        pending.append((child, rel + "/", rules))
     finally:
-        for fd, _ in pending:
+        for fd, _, _ in pending:
             os.close(fd)
     found.sort()
     return found, links
@@ -107,6 +154,12 @@ class _Found:
         self.limit = limit
         self.max_bytes = max_bytes
         self.regex = regex
+        # One search of a whole file, in C, before its lines are tried one by one: most
+        # files do not match. In multiline mode every line's match is also a match of the
+        # whole text, except for \A, \Z and \r (a line loses its trailing \r).
+        self.whole: re.Pattern[str] | None = None
+        if "\\A" not in regex.pattern and "\\Z" not in regex.pattern:
+            self.whole = re.compile(regex.pattern, regex.flags | re.MULTILINE)
         self.lines: list[str] = []
         self.skipped: dict[str, list[str]] = {"binary": [], "large": [], "credential": []}
         self.capped = False
@@ -146,7 +199,10 @@ class _Found:
         if b"\0" in data[:8192]:
             self.skipped["binary"].append(shown)
             return
-        pieces = data.decode("utf-8", errors="replace").split("\n")
+        text = data.decode("utf-8", errors="replace")
+        if self.whole is not None and "\r" not in text and not self.whole.search(text):
+            return  # no line can match
+        pieces = text.split("\n")
         if pieces and pieces[-1] == "":
             pieces.pop()
         for number, line in enumerate(pieces, 1):
@@ -199,7 +255,7 @@ class SearchTools(ToolLimits):
             with closing_fd(fd):
                 if not stat.S_ISDIR(st.st_mode):
                     raise ToolError(f"{args.path} is a file, not a folder; glob searches a folder")
-                found, _ = _files_under(root, fd, rel)
+                found, _ = _files_under(root, fd, rel, args.include_ignored)
         matches = [_shown(rel, f) for f in found if glob_match(args.pattern, f)]
         if not matches:
             return ToolOutput(f"no files match {args.pattern!r} in {args.path}")
@@ -228,7 +284,7 @@ class SearchTools(ToolLimits):
             fd, st = self._open_base(root, rel, args.path)
             with closing_fd(fd):
                 if stat.S_ISDIR(st.st_mode):
-                    candidates, links = _files_under(root, fd, rel)
+                    candidates, links = _files_under(root, fd, rel, args.include_ignored)
                     if args.glob is not None:
                         use_path = "/" in args.glob
                         candidates = [

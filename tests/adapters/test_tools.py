@@ -819,3 +819,51 @@ def test_invalid_settings() -> None:
         BuiltinTools(timeout=0)
     with pytest.raises(ValueError, match="max_results and max_grep_file_bytes"):
         BuiltinTools(max_results=0)
+
+
+@pytest.fixture
+def project(ws: Path) -> Path:
+    """A project as a developer has one: a virtual environment, caches, build output."""
+    files = {
+        ".gitignore": ".venv/\n*.log\nbuild/\n!keep.log\n",
+        "src/app.py": "needle = 1\n",
+        "sub/.gitignore": "gen/\n",
+        "sub/tool.py": "needle = 2\n",
+        "sub/gen/made.py": "needle = 3\n",
+        ".venv/lib/site.py": "needle = 4\n",
+        ".cache/c.py": "needle = 5\n",  # a hidden folder nobody listed
+        "build/out.py": "needle = 6\n",
+        "app.log": "needle 7\n",
+        "keep.log": "needle 8\n",
+    }
+    for rel, text in files.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(text)
+    return ws
+
+
+def test_glob_and_grep_leave_out_what_gitignore_and_hidden_folders_hide(
+        tools: BuiltinTools, project: Path) -> None:
+    assert _glob(tools, project, pattern="**/*.py").content == "src/app.py\nsub/tool.py"
+    found = tools.execute("grep", {"pattern": "needle"}, str(project)).content.splitlines()
+    assert found == ["keep.log:1:needle 8", "src/app.py:1:needle = 1",
+                     "sub/tool.py:1:needle = 2"]
+    everything = _glob(tools, project, pattern="**/*.py", include_ignored=True).content
+    assert everything.splitlines() == [".cache/c.py", ".venv/lib/site.py", "build/out.py",
+                                       "src/app.py", "sub/gen/made.py", "sub/tool.py"]
+    all_lines = tools.execute("grep", {"pattern": "needle", "include_ignored": True},
+                              str(project)).content.splitlines()
+    assert len(all_lines) == 8
+
+
+def test_grep_finds_what_only_a_line_by_line_search_would(tools: BuiltinTools, ws: Path
+                                                          ) -> None:
+    """The whole-file prefilter never hides a line's match: anchors, CRLF endings, \\A."""
+    (ws / "crlf.txt").write_bytes(b"first\r\nend here\r\n")
+    (ws / "lines.txt").write_text("a start\nstart b\n")
+    grep = {"pattern": "here$"}
+    assert tools.execute("grep", grep, str(ws)).content == "crlf.txt:2:end here"
+    assert tools.execute("grep", {"pattern": "^start"}, str(ws)).content == (
+        "lines.txt:2:start b")
+    assert tools.execute("grep", {"pattern": "\\Astart"}, str(ws)).content == (
+        "lines.txt:2:start b")
