@@ -51,9 +51,12 @@ def demo_settings(settings: Settings, now: dt.datetime) -> Settings:
     with open(os.path.join(workspace, "calc.py"), "w") as fh:
         fh.write(CALC)
     # The bundled script answers in order; a background title call would take an answer.
+    # Its messages come as fast as the scripted model answers, more than the rate limit's
+    # burst of five a person sends at once: the demo shows the agent, not the limiter.
+    middleware = msgspec.structs.replace(settings.middleware, burst=100)
     return msgspec.structs.replace(
         settings, workspace=workspace, rules_dir=data_path("rules"), model="claude-sonnet-4-6",
-        titles=False,
+        titles=False, middleware=middleware,
     )
 
 
