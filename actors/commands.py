@@ -56,8 +56,10 @@ def parse_command(text: str) -> Command | None:
 
 
 def help_text() -> str:
-    """Every command with what it does."""
-    return "commands: " + "; ".join(f"/{name}: {what}" for name, what in COMMANDS.items())
+    """Every command with what it does: a heading, then one line each."""
+    width = max(len(name) for name in COMMANDS) + 1
+    lines = [f"  /{name:<{width}} {what}" for name, what in COMMANDS.items()]
+    return "commands:\n" + "\n".join(lines)
 
 
 def status_text(session: Session) -> str:

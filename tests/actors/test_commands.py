@@ -25,3 +25,12 @@ def test_dir_stays_inside_the_root(tmp_path: Path) -> None:
     assert resolve_dir(root, "a/link", root) is None  # a symlink out does not count
     assert resolve_dir(root, "missing", root) is None
     assert resolve_dir(root, "a\x00b", root) is None  # bad input is no folder, not a crash
+
+
+def test_help_is_a_list_one_command_a_line() -> None:
+    from actors.commands import COMMANDS, help_text
+
+    lines = help_text().splitlines()
+    assert lines[0] == "commands:"
+    assert [line.split()[0] for line in lines[1:]] == [f"/{name}" for name in COMMANDS]
+    assert "/status" in lines[1] and "mode" in lines[1]
