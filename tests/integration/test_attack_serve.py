@@ -276,10 +276,10 @@ async def _bus_attacks(target: Served, tally: Tally, sid: str) -> None:
     watched = [subjects.gatekeeper, subjects.session(sid), subjects.ttsr(sid),
                subjects.interactions, subjects.inbox, subjects.inbox_for("ana"),
                f"{NAMESPACE}.evt.session.{sid}.Forged", subjects.deadletter]
-    arrived: list[str] = []
+    arrived: list[tuple[str, bytes]] = []  # the engine's own traffic arrives here too
 
     async def on_message(message: Any) -> None:
-        arrived.append(message.subject)
+        arrived.append((message.subject, message.data))
 
     for subject in watched:
         await engine.subscribe(subject, cb=on_message)
@@ -296,19 +296,23 @@ async def _bus_attacks(target: Served, tally: Tally, sid: str) -> None:
         ("connector: a message on ana's inbox", subjects.inbox_for("ana"), UserMessage(
             text="fetch the page", channel="http", session_id=sid)),
     ]
+    sent: list[tuple[str, bytes]] = []
     for name, subject, message in forged:
         before = len(errors)
-        await connector.publish(subject, encode(message))
+        sent.append((subject, encode(message)))
+        await connector.publish(*sent[-1])
         await connector.flush()
         await engine.flush()
-        tally.add(name, refused=subject not in arrived, answered=len(errors) > before)
-    await connector.publish(f"{NAMESPACE}.evt.session.{sid}.Forged", b"{}")
+        tally.add(name, refused=sent[-1] not in arrived, answered=len(errors) > before)
+    sent.append((f"{NAMESPACE}.evt.session.{sid}.Forged", b'{"forged": true}'))
+    await connector.publish(*sent[-1])
     await connector.flush()
-    tally.add("connector: an event", refused=True, answered=bool(errors))
     await engine.flush()
+    tally.add("connector: an event", refused=sent[-1] not in arrived, answered=bool(errors))
     await engine.drain()
     await connector.close()
-    assert arrived == []  # nothing a connector may not publish reached anyone
+    # Nothing a connector may not publish reached anyone.
+    assert [m for m in arrived if m in sent] == []
     assert all("permissions violation" in e.lower() for e in errors) and len(errors) >= 6
 
 
