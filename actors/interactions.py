@@ -6,14 +6,15 @@ model, a plan review. The chat is told what is asked and how to answer; the firs
 settles it, and the session hears the outcome as InteractionSettled on its own subject.
 
 Plain text in a chat goes to the chat's pending approvals first (a no, the text being the
-reason), then to its questions (the answer), then to its plan reviews (proceed, clean, or
-feedback). Approvals and questions not answered within the timeout are a no; plan reviews
-wait. Time is the injected clock; the host sends :class:`Tick` every second.
+reason), then to its questions (the answer), then to its plan reviews (feedback: approving
+a plan takes /proceed, /clean or /default). Approvals and questions not answered within
+the timeout are a no; plan reviews wait. Time is the injected clock; the host sends
+:class:`Tick` every second.
 
-Only the session's owner and the approvers named for the chat (:mod:`actors.authority`)
-may answer: anyone else's answer or text is refused, recorded as a RefusedMessage
-(``tether audit --refused``) and told to the chat it came from; what was asked stays
-pending.
+Only the session's owner and the approvers named for its home channel (the one it was
+started on; :mod:`actors.authority`) may answer: anyone else's answer or text is refused,
+recorded as a RefusedMessage (``tether audit --refused``) and told to the chat it came
+from; what was asked stays pending.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 Bound to ``<ns>.inbox`` (UserMessages of engine-role publishers: in-process connectors,
 whose ``user`` is trusted), ``<ns>.inbox.<principal>`` (connectors' UserMessages: the
 ``user`` becomes the principal the subject names, the one NATS authenticated), both in
-queue group ``engine``, and ``<ns>.manager`` (list, kill, fork, tree requests). It starts
+queue group ``engine``, ``<ns>.manager`` (list, kill, fork, tree requests of engine-role
+programs) and ``<ns>.manager.<principal>`` (a connector's: as that principal, about the
+sessions it may decide for). It answers only request inboxes (``_INBOX.…``). It starts
 a session's actors on first use, including sessions recovered from the store after a
 restart, and forwards each message over NATS to ``<ns>.session.<id>``. A message names its
 session by id or by name (finished sessions too: a message to one resumes it). At most
