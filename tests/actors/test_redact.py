@@ -77,17 +77,6 @@ def test_look_alikes_of_the_new_shapes_are_left_alone() -> None:
 
 # --- the two engines: hyperscan (locator) and re (fallback) give the same answers ----------
 
-ENGINES = [
-    "re",
-    pytest.param("hyperscan", marks=pytest.mark.skipif(
-        load_hyperscan() is None, reason="hyperscan is not installed")),
-]
-
-
-@pytest.fixture(params=ENGINES)
-def engine(request: pytest.FixtureRequest) -> str:
-    """Each engine in turn; hyperscan on every text, however short (``hs_min=0``)."""
-    return str(request.param)
 
 
 def on(engine: str, secrets: list[str] | None = None) -> Redactor:

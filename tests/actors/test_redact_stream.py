@@ -67,17 +67,6 @@ def random_split(text: str, rng: random.Random, max_len: int = 12) -> list[str]:
     return parts
 
 
-ENGINES = [
-    "re",
-    pytest.param("hyperscan", marks=pytest.mark.skipif(
-        load_hyperscan() is None, reason="hyperscan is not installed")),
-]
-
-
-@pytest.fixture(params=ENGINES)
-def engine(request: pytest.FixtureRequest) -> str:
-    """Each engine in turn."""
-    return str(request.param)
 
 
 @pytest.fixture
