@@ -162,8 +162,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    from actors.commands import COMMANDS
     from adapters.engine_lock import running_engine
-    from adapters.terminal import TerminalConnector
+    from adapters.line_editor import line_readers
+    from adapters.terminal import CHAT_ONLY, TerminalConnector
 
     settings = _settings(args)
     host: Any = None
@@ -179,13 +181,17 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
         host = Host(settings, provider=_provider(settings)).start()
         bus, subjects, close = host.bus, host.subjects, host.stop
-    terminal = TerminalConnector(bus, subjects, workspace=settings.workspace, answer=input)
+    read_message, read_answer = line_readers(
+        os.path.join(settings.state_dir, "chat_history"), {**COMMANDS, **CHAT_ONLY})
+    terminal = TerminalConnector(bus, subjects, workspace=settings.workspace,
+                                 answer=read_answer)
     terminal.session_id = args.session or ""
-    print("tether chat: type a message, Enter to send; Ctrl-D or /quit to leave.", flush=True)
+    print("tether chat: type a message, Enter to send (Tab completes a /command, the arrows "
+          "recall earlier messages); Ctrl-D or /quit to leave.", flush=True)
     try:
         while True:
             try:
-                text = input("you> ").strip()
+                text = read_message("you> ").strip()
             except EOFError:
                 break
             if not text:

@@ -25,6 +25,8 @@ from events.subjects import Subjects
 TURN_END = ("completed", "failed")
 QUESTION = ": may I run "
 """What marks an approval notice as a question (not its outcome)."""
+CHAT_ONLY = {"quit": "leave the chat (the session stays; Ctrl-D too)"}
+"""The terminal's own commands, handled before anything is sent."""
 REVIEW = " is ready for review:"
 """What marks a plan notice as a review to answer (not its outcome)."""
 
