@@ -71,7 +71,7 @@ from projections.follower import Follower
 from projections.injection_records import InjectionRecords
 from projections.metrics import MetricsView
 from projections.outbox import Outbox
-from projections.prometheus import prometheus_text
+from projections.prometheus import MetricsCollector, registry_with
 from projections.session_view import SessionView
 from projections.view import TrackedView
 
@@ -416,8 +416,7 @@ class Host:
                 self.bus, self.subjects, token=load_token(settings.state_dir),
                 user=settings.http_user or getpass.getuser(), host=settings.http_host,
                 port=settings.http_port,
-                metrics=lambda: (prometheus_text(self.metrics.snapshot())
-                                 + self.relay.metrics_text()),
+                metrics=registry_with(MetricsCollector(self.metrics.snapshot), self.relay),
                 metrics_open=settings.http_metrics_open,
                 allowed_hosts=settings.http_allowed_hosts,
                 cors_origins=settings.http_cors_origins).start()

@@ -12,7 +12,8 @@ starlette on uvicorn, plus a read of the metrics view for ``/metrics``. Endpoint
   the replies it missed (``event: catchup``), then everything live (``event: <kind>``,
   ``id: <seq>``, ``data: <the ChannelMessage as JSON>``); a comment every ``heartbeat``
   seconds keeps proxies from closing it.
-- ``GET /metrics``: the metrics view in the Prometheus text format.
+- ``GET /metrics``: the metrics view, the relay's counters and the process's metrics, in
+  the Prometheus text format, or OpenMetrics when ``Accept`` asks for it.
 - ``GET /health``: ``{"ok": true}``.
 
 Who may come in (:class:`Gate`): every request's ``Host`` must name this server (the
@@ -37,17 +38,18 @@ import logging
 import secrets
 import socket
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 import msgspec
 import uvicorn
+from prometheus_client import CollectorRegistry
 from sse_starlette.sse import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -65,6 +67,7 @@ from events.messages import (
     WatchSession,
 )
 from events.subjects import Subjects, check_token
+from projections.prometheus import exposition
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +85,6 @@ ERROR_OF_STATUS = {
 }
 """The ``error`` code of a status the connector itself answers."""
 
-PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 """The names a loopback server answers to by default."""
 
@@ -110,7 +112,7 @@ class HttpApi:
 
     def __init__(self, bus: Bus, subjects: Subjects, *, token: str, user: str,
                  host: str = "127.0.0.1", port: int = 0,
-                 metrics: Callable[[], str] | None = None, metrics_open: bool = False,
+                 metrics: CollectorRegistry | None = None, metrics_open: bool = False,
                  allowed_hosts: Iterable[str] = (), cors_origins: Iterable[str] = (),
                  heartbeat: float = 15.0, timeout: float = 15.0,
                  body_limit: int = 1 << 20, body_seconds: float = 10.0,
@@ -182,8 +184,9 @@ class HttpApi:
     async def _metrics(self, request: Request) -> Response:
         if self.metrics is None:
             return error(404, "no metrics here")
-        return PlainTextResponse(await run_in_threadpool(self.metrics),
-                                 media_type=PROMETHEUS_TYPE)
+        body, content_type = await run_in_threadpool(
+            exposition, self.metrics, request.headers.get("accept"))
+        return Response(body, media_type=content_type)
 
     async def _sessions(self, request: Request) -> Response:
         try:

@@ -32,8 +32,8 @@ and why) and counted in :attr:`EventRelay.foreign_messages`.
   messages verifies (the position cannot be told: a start relays from the first event,
   duplicates rather than a loss, and a running relay keeps its own position).
 
-The counters live as long as the process and are exposed by :meth:`EventRelay.metrics_text`
-on ``/metrics``.
+The counters live as long as the process and are exposed on ``/metrics``: the relay is a
+Prometheus collector (:meth:`EventRelay.collect`).
 
 **Limits.** An exact copy of an older relayed message, published again after the
 duplicate window, verifies: a relay started after it resumes there and relays the later
@@ -50,20 +50,21 @@ import hashlib
 import logging
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
 import msgspec
 from nats.js.api import PubAck, RawStreamMsg, StreamConfig
 from nats.js.errors import NotFoundError
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from adapters.nats_bus import NatsBus
 from events.application import TetherApplication, aggregate_name, event_data
 from events.messages import RelayedEvent
 from events.subjects import Subjects
 from projections.follower import Follower
-from projections.prometheus import family
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ class RelayCounters(msgspec.Struct, frozen=True):
     position: int = 0
 
 
-class EventRelay:
+class EventRelay(Collector):
     """Follows the event log and publishes each event to JetStream."""
 
     def __init__(
@@ -187,26 +188,29 @@ class EventRelay:
                              publish_failures=self.publish_failures, gaps=self.gaps,
                              position=self._position)
 
-    def metrics_text(self) -> str:
-        """The counters in the Prometheus text format (each family with HELP and TYPE,
-        ending with a newline), to be appended to the metrics view's text."""
+    def collect(self) -> Iterable[Metric]:
+        """The counters as Prometheus metric families (the relay is a collector: register
+        it in the registry ``/metrics`` serves)."""
         c = self.counters()
-        families = [
-            family("tether_relay_foreign_messages_total", "counter",
-                   "Messages on the event stream that failed the relay's check (not its "
-                   "own); never trusted as a position.", [({}, c.foreign_messages)]),
-            family("tether_relay_publish_failures_total", "counter",
-                   "Relay publishes JetStream did not store (refused or unanswered); "
-                   "each is retried.", [({}, c.publish_failures)]),
-            family("tether_relay_gaps_total", "counter",
-                   "Times the stream's verified position disagreed with the relay's: "
-                   "events missing from the stream, an event's Nats-Msg-Id taken by "
-                   "another message, or no verifiable position.", [({}, c.gaps)]),
-            family("tether_relay_position", "gauge",
-                   "The last notification id JetStream acknowledged from the relay.",
-                   [({}, c.position)]),
+        return [
+            CounterMetricFamily(
+                "tether_relay_foreign_messages",
+                "Messages on the event stream that failed the relay's check (not its own); "
+                "never trusted as a position.", value=c.foreign_messages),
+            CounterMetricFamily(
+                "tether_relay_publish_failures",
+                "Relay publishes JetStream did not store (refused or unanswered); each is "
+                "retried.", value=c.publish_failures),
+            CounterMetricFamily(
+                "tether_relay_gaps",
+                "Times the stream's verified position disagreed with the relay's: events "
+                "missing from the stream, an event's Nats-Msg-Id taken by another message, "
+                "or no verifiable position.", value=c.gaps),
+            GaugeMetricFamily(
+                "tether_relay_position",
+                "The last notification id JetStream acknowledged from the relay.",
+                value=c.position),
         ]
-        return "\n".join(line for lines in families for line in lines) + "\n"
 
     async def _ensure_stream(self) -> None:
         config = StreamConfig(

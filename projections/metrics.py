@@ -11,7 +11,11 @@ Figures (:class:`Metrics`, from :meth:`MetricsView.snapshot`) and where each com
   ``waiting`` counts as ``running``, see ``LEGACY_STATUSES``);
 * durations: from ``Created`` to the latest ``StatusChanged`` to completed, failed or
   killed, averaged over the sessions finished *now*: a resumed session leaves the average
-  while it runs again and comes back with its new finish;
+  while it runs again and comes back with its new finish (what ``tether stats`` shows);
+* finishes: each time a session becomes finished (it was not), the seconds from its
+  creation, counted in :data:`DURATION_BUCKETS` with their number and sum; these only grow
+  (a resumed session that finishes again is counted again), so ``/metrics`` serves them as
+  a histogram;
 * the most expensive session: id, name, cost and first prompt (clipped to 100 characters);
   costs only grow, so the leader changes only when another session overtakes it (ties keep
   the first to get there);
@@ -36,6 +40,7 @@ applies, it may mix two consecutive positions.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -55,9 +60,18 @@ OTHER = "other"
 """The label counting a status or decision outside the known ones (none is recorded
 today): the counters' keys are fixed before the transaction reads the row they move from."""
 
+DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+                    7200.0, 14400.0, 28800.0, 86400.0, math.inf)
+"""Upper bounds (seconds, inclusive) of the buckets finishes are counted in."""
+
 TOTALS = Table("totals", (("name", "text"), ("value", "real")), key=("name",))
 """Single figures: ``cost_usd``, ``launched``, ``finished``, ``duration_s`` (the sum of
-the finished sessions' durations)."""
+the finished sessions' durations), ``finishes`` and ``finish_seconds`` (the number and sum
+of the finishes' durations)."""
+FINISH_BUCKETS = Table("finish_buckets", (("le", "real"), ("finishes", "int")), key=("le",))
+"""Finishes per bucket (not cumulative): ``le`` is the bucket's upper bound, the last
+one a large finite number standing for infinity (:data:`INF_KEY`)."""
+INF_KEY = 1e300
 COST_BY_DAY = Table("cost_by_day", (("day", "text"), ("cost_usd", "real")), key=("day",))
 BY_STATUS = Table("status_counts", (("status", "text"), ("sessions", "int")),
                   key=("status",))
@@ -123,6 +137,9 @@ class Deltas(msgspec.Struct, frozen=True):
     by_status: dict[str, int]
     finished: int
     duration_s: float
+    finish: float | None = None
+    """The duration of a finish this change made (the session was not finished and now
+    is), else None."""
 
 
 class Metrics(msgspec.Struct, frozen=True):
@@ -138,6 +155,13 @@ class Metrics(msgspec.Struct, frozen=True):
     finished_sessions: int = 0
     avg_duration_s: float = 0.0
     """Average over the finished sessions; 0.0 when none is."""
+    finish_buckets: dict[float, int] = {}
+    """Upper bound (seconds, :data:`DURATION_BUCKETS`, ``inf`` last) -> finishes whose
+    duration was at most that: cumulative, as a histogram's buckets are."""
+    finishes: int = 0
+    """Times a session finished (each finish after a resume too)."""
+    finish_seconds: float = 0.0
+    """The sum of the finishes' durations."""
     most_expensive: TopSession | None = None
     tool_calls_by_verdict: dict[str, int] = {}
     """``allow`` and ``deny`` (then ``other`` if any): each decided call once, by its
@@ -234,7 +258,13 @@ def session_deltas(before: SessionFacts | None, after: SessionFacts | None) -> D
             by_status[new] = 1
     was, now = duration_s(before), duration_s(after)
     return Deltas(by_status=by_status, finished=int(now is not None) - int(was is not None),
-                  duration_s=(now or 0.0) - (was or 0.0))
+                  duration_s=(now or 0.0) - (was or 0.0),
+                  finish=now if was is None and now is not None else None)
+
+
+def bucket_of(seconds: float) -> float:
+    """The upper bound of the bucket a duration is counted in."""
+    return next(le for le in DURATION_BUCKETS if seconds <= le)
 
 
 def top_after(top: TopSession | None, facts: SessionFacts | None) -> TopSession | None:
@@ -304,7 +334,8 @@ class MetricsView(TrackedView):
     """The metrics projection over a Tether application's log."""
 
     NAME = "Metrics"
-    TABLES = (TOTALS, COST_BY_DAY, BY_STATUS, BY_VERDICT, BY_RULE, SESSIONS, CALLS, TOP)
+    TABLES = (TOTALS, COST_BY_DAY, BY_STATUS, BY_VERDICT, BY_RULE, SESSIONS, CALLS, TOP,
+              FINISH_BUCKETS)
 
     def changes(self, domain_event: Any, position: int) -> list[Change]:
         event: Any = domain_event  # the Session's and RuleLog's events are made by @event
@@ -369,6 +400,17 @@ class MetricsView(TrackedView):
                        _add({"name": "finished"}, "value", lambda: deltas().finished)),
                 Change(TOTALS.name, ("duration_s",),
                        _add({"name": "duration_s"}, "value", lambda: deltas().duration_s)),
+                Change(TOTALS.name, ("finishes",),
+                       _add({"name": "finishes"}, "value",
+                            lambda: int(deltas().finish is not None))),
+                Change(TOTALS.name, ("finish_seconds",),
+                       _add({"name": "finish_seconds"}, "value",
+                            lambda: deltas().finish or 0.0)),
+            ]
+            changes += [
+                Change(FINISH_BUCKETS.name, (_le_key(le),),
+                       _add({"le": _le_key(le)}, "finishes", _finish_delta(step, le)))
+                for le in DURATION_BUCKETS
             ]
         return changes
 
@@ -403,6 +445,11 @@ class MetricsView(TrackedView):
         awaiting = verdicts.pop(ESCALATE)
         top = self.rows(TOP.name)
         finished = round(totals.get("finished", 0.0))
+        per_bucket = {float(r["le"]): int(r["finishes"]) for r in self.rows(FINISH_BUCKETS.name)}
+        cumulative, buckets = 0, {}
+        for le in DURATION_BUCKETS:
+            cumulative += per_bucket.get(_le_key(le), 0)
+            buckets[le] = cumulative
         return Metrics(
             position=self.position(),
             total_cost_usd=totals.get("cost_usd", 0.0),
@@ -412,6 +459,9 @@ class MetricsView(TrackedView):
             sessions_by_status=by_status,
             finished_sessions=finished,
             avg_duration_s=totals.get("duration_s", 0.0) / finished if finished else 0.0,
+            finish_buckets=buckets,
+            finishes=round(totals.get("finishes", 0.0)),
+            finish_seconds=totals.get("finish_seconds", 0.0),
             most_expensive=_top(top[0] if top else None),
             tool_calls_by_verdict=verdicts,
             awaiting_approval=awaiting,
@@ -422,6 +472,19 @@ class MetricsView(TrackedView):
 
 def _status_delta(step: _Step, label: str) -> Callable[[], float]:
     return lambda: session_deltas(step.before, step.after).by_status.get(label, 0)
+
+
+def _le_key(le: float) -> float:
+    """A bucket's key in its table (a database real holds no infinity)."""
+    return INF_KEY if math.isinf(le) else le
+
+
+def _finish_delta(step: _Step, le: float) -> Callable[[], float]:
+    def delta() -> float:
+        finish = session_deltas(step.before, step.after).finish
+        return int(finish is not None and bucket_of(finish) == le)
+
+    return delta
 
 
 def _verdict_delta(step: _Step, label: str) -> Callable[[], float]:

@@ -1,94 +1,118 @@
-"""The metrics in the Prometheus text exposition format, version 0.0.4. Pure.
+"""The metrics view as a Prometheus collector (``prometheus_client``).
 
-Every family has ``# HELP`` and ``# TYPE`` lines (also when it has no sample yet), names
-start with ``tether_``, label values escape backslash, double quote and newline, HELP text
-escapes backslash and newline, and the text ends with a newline. Serve it with the content
-type :data:`CONTENT_TYPE`.
+:class:`MetricsCollector` reads a :class:`~projections.metrics.Metrics` snapshot at each
+scrape and yields its families; registered in a ``CollectorRegistry`` beside the process
+and platform collectors, it is served in the text format or in OpenMetrics, as the scraper
+asks (:func:`exposition`). Names start with ``tether_``; a counter's samples end in
+``_total``.
 
 ``tether_tool_calls_total`` counts each decided call once by its final verdict, so an
 escalation answered later is added then; ``tether_tool_calls_awaiting_approval`` holds the
-escalations not answered yet.
+escalations not answered yet. ``tether_session_duration_seconds`` is a histogram of
+finishes: each time a session finishes, the seconds since its creation (a resumed session
+that finishes again is observed again), so its buckets only grow. No label grows without
+bound but ``rule`` (one per TTSR rule) and the leader's ``session_id``/``name``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
 
 from projections.metrics import Metrics
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-Sample = tuple[dict[str, str], float]
-"""Labels and value of one sample."""
+__all__ = ["MetricsCollector", "exposition", "metric_families", "registry_with"]
 
 
-def escape_label_value(value: str) -> str:
-    """A label value as the format writes it between double quotes."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def _bound(le: float) -> str:
+    return "+Inf" if math.isinf(le) else repr(le)
 
 
-def escape_help(text: str) -> str:
-    """HELP text as the format writes it (backslash and newline escaped)."""
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+def metric_families(m: Metrics) -> list[Metric]:
+    """Every figure of ``m`` as metric families."""
+    families: list[Metric] = []
+    families.append(CounterMetricFamily(
+        "tether_cost_usd", "Dollars spent by all model calls: turns, titles and compactions.",
+        value=m.total_cost_usd))
+    sessions = GaugeMetricFamily("tether_sessions", "Sessions in each status (their latest).",
+                                 labels=["status"])
+    for status, count in m.sessions_by_status.items():
+        sessions.add_metric([status], count)
+    families.append(sessions)
+    families.append(CounterMetricFamily(
+        "tether_sessions_launched", "Sessions created (forks too).", value=m.sessions_launched))
+    families.append(GaugeMetricFamily(
+        "tether_sessions_finished",
+        "Sessions completed, failed or killed (and not resumed since).",
+        value=m.finished_sessions))
+    families.append(HistogramMetricFamily(
+        "tether_session_duration_seconds",
+        "Seconds from a session's creation to each time it finished (again after a resume).",
+        buckets=[(_bound(le), n) for le, n in m.finish_buckets.items()]
+        or [("+Inf", 0)],
+        sum_value=m.finish_seconds))
+    calls = CounterMetricFamily("tether_tool_calls",
+                                "Tool calls decided, each once, by its final verdict.",
+                                labels=["verdict"])
+    for verdict, count in m.tool_calls_by_verdict.items():
+        calls.add_metric([verdict], count)
+    families.append(calls)
+    families.append(GaugeMetricFamily(
+        "tether_tool_calls_awaiting_approval", "Tool calls escalated and not answered yet.",
+        value=m.awaiting_approval))
+    rules = CounterMetricFamily("tether_ttsr_triggers", "Times each TTSR rule fired.",
+                                labels=["rule"])
+    for rule, count in m.ttsr_triggers.items():
+        rules.add_metric([rule], count)
+    families.append(rules)
+    top = GaugeMetricFamily("tether_most_expensive_session_cost_usd",
+                            "Dollars spent by the most expensive session.",
+                            labels=["session_id", "name"])
+    if m.most_expensive is not None:
+        top.add_metric([m.most_expensive.session_id, m.most_expensive.name],
+                       m.most_expensive.cost_usd)
+    families.append(top)
+    families.append(GaugeMetricFamily(
+        "tether_metrics_position", "The last event-log notification id these figures include.",
+        value=m.position))
+    return families
 
 
-def format_value(value: float) -> str:
-    """A sample value: integers without a fraction, ``+Inf``, ``-Inf`` and ``NaN``."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return repr(float(value))
+class MetricsCollector(Collector):
+    """Yields the families of a fresh snapshot at each scrape."""
+
+    def __init__(self, snapshot: Callable[[], Metrics]) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterable[Metric]:
+        return metric_families(self.snapshot())
 
 
-def family(name: str, kind: str, help_text: str, samples: Iterable[Sample]) -> list[str]:
-    """The lines of one metric family."""
-    lines = [f"# HELP {name} {escape_help(help_text)}", f"# TYPE {name} {kind}"]
-    for labels, value in samples:
-        text = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels.items())
-        lines.append(f"{name}{{{text}}} {format_value(value)}" if text
-                     else f"{name} {format_value(value)}")
-    return lines
+def registry_with(*collectors: Collector) -> CollectorRegistry:
+    """A registry holding ``collectors`` and the process (CPU, memory, open files), Python
+    platform and garbage-collector metrics of this process."""
+    registry = CollectorRegistry(auto_describe=True)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    for collector in collectors:
+        registry.register(collector)
+    return registry
 
 
-def prometheus_text(metrics: Metrics) -> str:
-    """Every figure of ``metrics`` as a Prometheus text exposition."""
-    m = metrics
-    top = m.most_expensive
-    families = [
-        family("tether_cost_usd_total", "counter",
-               "Dollars spent by all model calls: turns, titles and compactions.",
-               [({}, m.total_cost_usd)]),
-        family("tether_cost_usd_by_day", "gauge",
-               "Dollars spent by the model calls recorded on a UTC date.",
-               [({"date": day}, cost) for day, cost in m.cost_by_day.items()]),
-        family("tether_sessions", "gauge", "Sessions in each status (their latest).",
-               [({"status": s}, n) for s, n in m.sessions_by_status.items()]),
-        family("tether_sessions_launched_total", "counter", "Sessions created (forks too).",
-               [({}, m.sessions_launched)]),
-        family("tether_sessions_finished", "gauge",
-               "Sessions completed, failed or killed (and not resumed since).",
-               [({}, m.finished_sessions)]),
-        family("tether_session_duration_seconds_avg", "gauge",
-               "Average seconds from creation to the latest finish, over finished sessions.",
-               [({}, m.avg_duration_s)]),
-        family("tether_tool_calls_total", "counter",
-               "Tool calls decided, each once, by its final verdict.",
-               [({"verdict": v}, n) for v, n in m.tool_calls_by_verdict.items()]),
-        family("tether_tool_calls_awaiting_approval", "gauge",
-               "Tool calls escalated and not answered yet.", [({}, m.awaiting_approval)]),
-        family("tether_ttsr_triggers_total", "counter",
-               "Times each TTSR rule fired.",
-               [({"rule": r}, n) for r, n in m.ttsr_triggers.items()]),
-        family("tether_most_expensive_session_cost_usd", "gauge",
-               "Dollars spent by the most expensive session.",
-               [({"session_id": top.session_id, "name": top.name}, top.cost_usd)]
-               if top else []),
-        family("tether_metrics_position", "gauge",
-               "The last event-log notification id these figures include.",
-               [({}, m.position)]),
-    ]
-    return "\n".join(line for lines in families for line in lines) + "\n"
+def exposition(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:
+    """The registry's metrics in the format the ``Accept`` header asks for (OpenMetrics
+    when it names ``application/openmetrics-text``, else the text format 0.0.4), with the
+    content type to serve them with."""
+    encoder, content_type = choose_encoder(accept or "")
+    return encoder(registry), content_type

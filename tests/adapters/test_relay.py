@@ -15,6 +15,7 @@ import msgspec
 import pytest
 from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
+from prometheus_client import generate_latest
 
 from adapters.config import Settings
 from adapters.nats_bus import NatsBus
@@ -25,6 +26,7 @@ from events.decisions import ToolDecision, decision_uuid
 from events.messages import RelayedEvent
 from events.session import Session
 from events.subjects import Subjects
+from projections.prometheus import registry_with
 
 
 class Env(msgspec.Struct):
@@ -160,8 +162,10 @@ def _warnings(caplog: pytest.LogCaptureFixture, level: int, word: str) -> list[s
 
 
 def _metric(relay: EventRelay, name: str) -> int:
-    [line] = [line for line in relay.metrics_text().splitlines() if line.startswith(name + " ")]
-    return int(line.split()[1])
+    """A sample of the relay's counters, as a scrape of a registry holding it reads it."""
+    text = generate_latest(registry_with(relay)).decode()
+    [line] = [line for line in text.splitlines() if line.startswith(name + " ")]
+    return int(float(line.split()[1]))
 
 
 def _wait_until(predicate: Callable[[], bool], what: str, timeout: float = 20.0) -> None:

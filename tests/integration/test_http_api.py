@@ -22,7 +22,7 @@ from adapters.engine_lock import EngineRunning
 from adapters.fake_llm import FakeLLM
 from adapters.host import Host
 from adapters.http_api import HttpApi
-from projections.prometheus import prometheus_text
+from projections.prometheus import MetricsCollector, registry_with
 from tests.helpers import wait_until
 
 TOKEN = "t0ken-for-tests"
@@ -36,7 +36,8 @@ def api(fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host],
                      middleware=MiddlewareSettings(allow={"locked": ["ana"]}))
     server = HttpApi(host.bus, host.subjects, token=TOKEN, user="ana", heartbeat=0.5,
                      body_seconds=0.5,
-                     metrics=lambda: prometheus_text(host.metrics.snapshot())).start()
+                     metrics=registry_with(MetricsCollector(host.metrics.snapshot),
+                                           host.relay)).start()
     yield server, host
     server.stop()
 
@@ -157,7 +158,15 @@ def test_metrics_and_sessions_are_served(api: tuple[HttpApi, Host]) -> None:
                                 timeout=10) as response:
         assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
         text = response.read().decode()
-    assert "tether_sessions_launched_total 1" in text
+    assert "tether_sessions_launched_total 1.0" in text
+    assert "tether_relay_position " in text and "process_cpu_seconds_total " in text
+    open_metrics = {**AUTH, "Accept": "application/openmetrics-text; version=1.0.0"}
+    with urllib.request.urlopen(urllib.request.Request(f"{server.url}/metrics",
+                                                       headers=open_metrics),
+                                timeout=10) as response:
+        assert response.headers["Content-Type"].startswith("application/openmetrics-text")
+        text = response.read().decode()
+    assert "tether_sessions_launched_total 1.0" in text and text.endswith("# EOF\n")
     with urllib.request.urlopen(urllib.request.Request(f"{server.url}/sessions", headers=AUTH),
                                 timeout=10) as response:
         listed = json.loads(response.read())["sessions"]

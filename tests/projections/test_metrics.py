@@ -4,11 +4,15 @@ once across replays and restarts, and the Prometheus text it exposes."""
 from __future__ import annotations
 
 import datetime as dt
-import re
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
+from prometheus_client.parser import text_string_to_metric_families as text_families
 
 from actors.lifecycle import STATUSES
 from adapters.config import Settings
@@ -20,12 +24,14 @@ from events.session import Session, Turn
 from events.ttsr import RuleLog
 from projections.follower import Follower
 from projections.metrics import (
+    DURATION_BUCKETS,
     OTHER,
     Metrics,
     MetricsView,
     SessionFacts,
     TopSession,
     apply_session_event,
+    bucket_of,
     clip,
     duration_s,
     session_deltas,
@@ -33,7 +39,7 @@ from projections.metrics import (
     utc_day,
     verdict_moves,
 )
-from projections.prometheus import escape_label_value, format_value, prometheus_text
+from projections.prometheus import MetricsCollector, exposition, registry_with
 
 PROMPT = ("Please fix the login form: the submit button does nothing on Safari, and the "
           "error message overlaps the password field when it is shown")
@@ -200,6 +206,11 @@ def expected(position: int) -> Metrics:
                             "killed": 1},
         finished_sessions=3,
         avg_duration_s=(3 * 3600 + 600 + 30) / 3,
+        # finishes: s4 after 30 s, s2 after 600 s, s1 after 80 minutes and again after 3 h
+        finish_buckets=dict(zip(DURATION_BUCKETS,
+                                [0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 3, 4, 4, 4, 4], strict=True)),
+        finishes=4,
+        finish_seconds=30 + 600 + 80 * 60 + 3 * 3600,
         most_expensive=TopSession(session_id="s1", name="fix-login", cost_usd=0.75,
                                   first_prompt=CLIPPED),
         tool_calls_by_verdict={"allow": 2, "deny": 2},
@@ -291,6 +302,18 @@ def test_session_deltas_move_one_session_between_statuses() -> None:
     assert session_deltas(facts("starting"), None).by_status == {"starting": -1}
 
 
+def test_a_finish_is_observed_when_a_session_becomes_finished_and_only_then() -> None:
+    done = facts("completed", finished_at="2026-11-21T23:01:00+00:00")
+    assert session_deltas(facts("running"), done).finish == 60.0
+    assert session_deltas(None, done).finish == 60.0
+    assert session_deltas(done, facts("running")).finish is None  # resumed: not undone
+    killed = facts("killed", finished_at="2026-11-21T23:03:00+00:00")
+    assert session_deltas(done, killed).finish is None  # finished already
+    assert session_deltas(facts("running"), facts("running", 1.0)).finish is None
+    assert [bucket_of(s) for s in (0.0, 1.0, 1.5, 60.0, 86400.0, 86401.0)] == [
+        1.0, 1.0, 5.0, 60.0, 86400.0, math.inf]
+
+
 def test_top_after_keeps_the_first_leader_until_overtaken() -> None:
     s1 = facts("running", 0.5)
     leader = top_after(None, s1)
@@ -346,6 +369,7 @@ def test_an_empty_log_has_zero_figures(app: TetherApplication,
     follow(app, view)
     assert view.snapshot() == Metrics(
         sessions_by_status=dict.fromkeys(STATUSES, 0),
+        finish_buckets=dict.fromkeys(DURATION_BUCKETS, 0),
         tool_calls_by_verdict={"allow": 0, "deny": 0})
 
 
@@ -421,69 +445,58 @@ def test_a_restarted_view_resumes_from_its_position(
     assert again.snapshot() == expected(app.max_notification_id())
 
 
-# --- the Prometheus text ---------------------------------------------------------------
+# --- the Prometheus exposition ---------------------------------------------------------
 
-NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-LABEL = r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"'
-VALUE = r"[-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|Inf|NaN)"
-HELP = re.compile(rf"# HELP ({NAME}) ((?:[^\\\n]|\\[\\n])*)")
-TYPE = re.compile(rf"# TYPE ({NAME}) (counter|gauge|histogram|summary|untyped)")
-SAMPLE = re.compile(
-    rf"(?P<name>{NAME})(?:\{{(?P<labels>(?:{LABEL},)*(?:{LABEL})?)\}})? (?P<value>{VALUE})")
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-def unescape(value: str) -> str:
-    return re.sub(r"\\(.)", lambda m: {"n": "\n"}.get(m.group(1), m.group(1)), value)
-
-
-def parse(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    """Parse an exposition strictly, line by line: HELP then TYPE before each family's
-    samples, every sample of a declared family, no blank or unknown line."""
-    assert text.endswith("\n")
-    samples: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
-    helped: set[str] = set()
-    typed: dict[str, str] = {}
-    for line in text[:-1].split("\n"):
-        if m := HELP.fullmatch(line):
-            assert m.group(1) not in helped
-            helped.add(m.group(1))
-        elif m := TYPE.fullmatch(line):
-            assert m.group(1) in helped and m.group(1) not in typed
-            typed[m.group(1)] = m.group(2)
-        elif m := SAMPLE.fullmatch(line):
-            name = m["name"]
-            assert name in typed, f"sample before its TYPE: {line}"
-            assert list(typed)[-1] == name, f"sample outside its family: {line}"
-            labels = frozenset((k, unescape(v))
-                               for k, v in re.findall(LABEL, m["labels"] or ""))
-            key = (name, labels)
-            assert key not in samples, f"duplicate sample: {line}"
-            samples[key] = float(m["value"])
-        else:
-            raise AssertionError(f"not a line of the format: {line!r}")
-    assert all(name.startswith("tether_") for name in typed)
+def scrape(metrics: Metrics, *, openmetrics: bool = False) -> Samples:
+    """What a scraper reads of ``metrics`` served beside the process metrics, parsed by
+    prometheus_client's own parser (OpenMetrics': strict about the whole exposition)."""
+    registry = registry_with(MetricsCollector(lambda: metrics))
+    body, content_type = exposition(
+        registry, "application/openmetrics-text; version=1.0.0" if openmetrics else None)
+    text = body.decode()
+    if openmetrics:
+        assert content_type.startswith("application/openmetrics-text")
+        families = list(openmetrics_families(text))
+    else:
+        assert content_type.startswith("text/plain; version=0.0.4")
+        families = list(text_families(text))
+    samples: Samples = {}
+    for family in families:
+        for sample in family.samples:
+            key = (sample.name, frozenset(sample.labels.items()))
+            assert key not in samples, f"duplicate sample: {key}"
+            samples[key] = sample.value
     return samples
 
 
-def test_the_store_metrics_as_prometheus_text(
-    app: TetherApplication, clock: Clock, make_view: Callable[[], MetricsView]
+@pytest.mark.parametrize("openmetrics", [False, True], ids=["text", "openmetrics"])
+def test_the_store_metrics_as_a_scraper_reads_them(
+    app: TetherApplication, clock: Clock, make_view: Callable[[], MetricsView],
+    openmetrics: bool,
 ) -> None:
     everything(app, clock)
     view = make_view()
     follow(app, view)
 
-    samples = parse(prometheus_text(view.snapshot()))
+    samples = scrape(view.snapshot(), openmetrics=openmetrics)
 
     def one(metric: str, **labels: str) -> float:
         return samples[(metric, frozenset(labels.items()))]
 
     assert one("tether_cost_usd_total") == 0.875
-    assert one("tether_cost_usd_by_day", date="2026-11-21") == 0.25
-    assert one("tether_cost_usd_by_day", date="2026-11-22") == 0.625
     assert [one("tether_sessions", status=s) for s in STATUSES] == [1, 0, 1, 1, 1]
     assert one("tether_sessions_launched_total") == 4
     assert one("tether_sessions_finished") == 3
-    assert one("tether_session_duration_seconds_avg") == 3810
+    bucket = "tether_session_duration_seconds_bucket"
+    bounds = ("1.0", "5.0", "15.0", "30.0", "60.0", "120.0", "300.0", "600.0", "1800.0",
+              "3600.0", "7200.0", "14400.0", "28800.0", "86400.0", "+Inf")
+    assert [one(bucket, le=le) for le in bounds] == [0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 3, 4, 4,
+                                                    4, 4]
+    assert one("tether_session_duration_seconds_count") == 4
+    assert one("tether_session_duration_seconds_sum") == 30 + 600 + 80 * 60 + 3 * 3600
     assert one("tether_tool_calls_total", verdict="allow") == 2
     assert one("tether_tool_calls_total", verdict="deny") == 2
     assert one("tether_tool_calls_awaiting_approval") == 1
@@ -492,38 +505,36 @@ def test_the_store_metrics_as_prometheus_text(
     assert one("tether_most_expensive_session_cost_usd", session_id="s1",
                name="fix-login") == 0.75
     assert one("tether_metrics_position") == app.max_notification_id()
-    assert len(samples) == 18
+    tether = {name for name, _ in samples if name.startswith("tether_")}
+    # no label that grows with the calendar, and no average to average again
+    assert not any("date" in dict(labels) for _, labels in samples)
+    assert "tether_session_duration_seconds_avg" not in tether
+    assert "tether_cost_usd_by_day" not in tether
+    # the process's own metrics ride along
+    assert ("process_cpu_seconds_total", frozenset()) in samples
+    assert ("python_info" in {name for name, _ in samples})
 
 
-def test_prometheus_text_escapes_label_values() -> None:
+def test_label_values_with_quotes_backslashes_and_newlines_come_back_whole() -> None:
     odd = 'a "quoted"\\back\nslash'
     metrics = Metrics(
         total_cost_usd=1e-05,
         most_expensive=TopSession(session_id="s1", name=odd, cost_usd=2.5, first_prompt="p"),
         ttsr_triggers={odd: 3, "no-todo": 1},
     )
-    text = prometheus_text(metrics)
-
-    assert 'name="a \\"quoted\\"\\\\back\\nslash"' in text
-    assert "tether_cost_usd_total 1e-05\n" in text
-    samples = parse(text)
-    assert samples[("tether_ttsr_triggers_total", frozenset({("rule", odd)}))] == 3
-    assert samples[("tether_most_expensive_session_cost_usd",
-                    frozenset({("session_id", "s1"), ("name", odd)}))] == 2.5
-    assert ("tether_most_expensive_session_cost_usd", frozenset()) not in samples
-    assert escape_label_value('\\"\n') == '\\\\\\"\\n'
+    for openmetrics in (False, True):
+        samples = scrape(metrics, openmetrics=openmetrics)
+        assert samples[("tether_cost_usd_total", frozenset())] == 1e-05
+        assert samples[("tether_ttsr_triggers_total", frozenset({("rule", odd)}))] == 3
+        assert samples[("tether_most_expensive_session_cost_usd",
+                        frozenset({("session_id", "s1"), ("name", odd)}))] == 2.5
 
 
-def test_prometheus_text_without_a_leader_has_no_leader_sample() -> None:
-    samples = parse(prometheus_text(Metrics()))
+def test_no_leader_no_leader_sample_and_an_empty_histogram() -> None:
+    samples = scrape(Metrics(), openmetrics=True)
     assert not any(name == "tether_most_expensive_session_cost_usd" for name, _ in samples)
     assert samples[("tether_cost_usd_total", frozenset())] == 0
-
-
-def test_format_value() -> None:
-    assert [format_value(v) for v in (3, 3.0, 0.125, float("inf"), float("-inf"))] == [
-        "3", "3", "0.125", "+Inf", "-Inf"]
-    assert format_value(float("nan")) == "NaN"
+    assert samples[("tether_session_duration_seconds_count", frozenset())] == 0
 
 
 def test_a_title_calls_cost_counts_with_its_session(clock: Clock) -> None:
@@ -579,6 +590,5 @@ def test_compaction_costs_count_in_every_figure_as_the_budget_sees_them(
     assert metrics.most_expensive == TopSession(session_id="s2", name="long-haul",
                                                 cost_usd=0.875,
                                                 first_prompt="refactor the store")
-    samples = parse(prometheus_text(metrics))
+    samples = scrape(metrics)
     assert samples[("tether_cost_usd_total", frozenset())] == 1.625
-    assert samples[("tether_cost_usd_by_day", frozenset({("date", "2026-11-23")}))] == 0.375
