@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import msgspec
 import pykka
 
+from actors.log_context import bind_session, bound_session
 from actors.ports import Bus, Inbound, RequestTimeout, Subscription
 from events.codec import DecodeFailure, Decoder, encode
 from events.messages import DeadLetter, ErrorReply
@@ -68,8 +69,22 @@ class AskResult(msgspec.Struct):
     error: str = ""
 
 
+def _session_of(message: Any) -> str:
+    """The session a message names, if it names one (clipped: it came from outside)."""
+    session_id = getattr(message, "session_id", "")
+    return session_id[:64] if isinstance(session_id, str) else ""
+
+
 class TetherActor(pykka.ThreadingActor):
-    """Base of every Tether actor: handlers, replies, async asks, in-place restarts."""
+    """Base of every Tether actor: handlers, replies, async asks, in-place restarts.
+
+    Log lines name their session (:mod:`actors.log_context`): an actor with a
+    ``session_id`` binds it for its life; the others bind the ``session_id`` of the
+    message they handle, while they handle it.
+    """
+
+    session_id: str = ""
+    """The one session this actor works for ("" for an actor shared by sessions)."""
 
     def __init__(self, system: ActorSystem) -> None:
         super().__init__()
@@ -96,6 +111,8 @@ class TetherActor(pykka.ThreadingActor):
     # --- plumbing -----------------------------------------------------------------------
 
     def on_start(self) -> None:
+        if self.session_id:
+            bind_session(self.session_id)
         self.recover()
 
     def on_receive(self, message: Any) -> Any:
@@ -105,13 +122,12 @@ class TetherActor(pykka.ThreadingActor):
                 self.bus.publish(message.reply, encode(ErrorReply(
                     error="actor_stopped", reason=f"{self.name} has stopped after failures")))
             return None
-        try:
-            if isinstance(message, Envelope):
-                self.handle(message.message, message)
-            else:
-                self.handle(message, None)
-        except Exception as exc:
-            self._restart(exc)
+        inner = message.message if isinstance(message, Envelope) else message
+        with bound_session(self.session_id or _session_of(inner)):
+            try:
+                self.handle(inner, message if isinstance(message, Envelope) else None)
+            except Exception as exc:
+                self._restart(exc)
         return None
 
     def _restart(self, exc: Exception) -> None:

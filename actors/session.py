@@ -14,6 +14,7 @@ is reached. A message arriving mid-turn waits its turn; nothing is dropped.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import datetime as dt
 import logging
 import os
@@ -1505,7 +1506,8 @@ class SessionActor(TetherActor):
             with contextlib.suppress(pykka.ActorDeadError):
                 ref.tell(ToolFinished(generation, call.id, call.name, output, snapshot))
 
-        threading.Thread(target=run, name=f"tool-{call.id}", daemon=True).start()
+        threading.Thread(target=contextvars.copy_context().run, args=(run,),
+                         name=f"tool-{call.id}", daemon=True).start()
 
     def _refuse(self, call: ToolUseBlock, reason: str) -> None:
         self.session.refuse_tool_call(call_id=call.id, reason=reason)

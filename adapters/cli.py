@@ -13,7 +13,6 @@ import contextlib
 import datetime
 import getpass
 import importlib.metadata
-import logging
 import os
 import shutil
 import signal
@@ -25,6 +24,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from adapters.config import ConfigError, Settings, load_settings_with_sources, render_settings
+from adapters.logs import LOG_FORMATS, configure_logging
 
 EXIT_USAGE = 2
 
@@ -813,6 +813,13 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def _log_format_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default="text",
+                        help="how log lines are written to standard error: text (default) "
+                             "or json, one object a line with the session_id of every line "
+                             "about a session")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command."""
     parser = argparse.ArgumentParser(
@@ -838,6 +845,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--http", type=int, metavar="PORT",
                        help="also serve the HTTP connector on this port (the http_port "
                             "setting; 0: none)")
+    _log_format_option(serve)
     token = add("token", "print the HTTP connector's bearer token (made on first use, "
                 "owner-only, in the state directory)", cmd_token)
     token.add_argument("--rotate", action="store_true",
@@ -871,6 +879,7 @@ def build_parser() -> argparse.ArgumentParser:
     telegram.add_argument("--open", action="store_true",
                           help="run even though no allowlist covers Telegram chats (anyone "
                                "who finds the bot can use it)")
+    _log_format_option(telegram)
     kill = add("kill", "kill an active session of the running engine", cmd_kill)
     kill.add_argument("session", help="session id or name")
     kill.add_argument("--reason", default="killed by user", help="recorded with the kill")
@@ -1037,10 +1046,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv[: index + 1])
         return cmd_fake_llm(args, argv[index + 1 :])
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(verbose=args.verbose, log_format=getattr(args, "log_format", "text"))
     if threading.current_thread() is threading.main_thread():
         _stop_on_signals()
     try:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -167,3 +169,35 @@ def need_sealing(sealed: bool, what: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"CI runs as root on ext4, where they must be: {reason}")
     pytest.skip(reason)
+
+
+TETHER = [sys.executable, "-m", "adapters.cli"]
+"""The command line, run by this interpreter."""
+
+
+class Serve:
+    """A `tether serve` child process."""
+
+    def __init__(self, env: dict[str, str], log: Path, cwd: Path | None = None,
+                 command: Sequence[str] = ("serve",)) -> None:
+        self.log = log.open("a")
+        self.proc = subprocess.Popen(
+            [*TETHER, *command], env=env, stdout=subprocess.PIPE, stderr=self.log, text=True,
+            cwd=cwd,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # blocks until the engine is up (or died)
+        if "serving" not in line:
+            self.proc.kill()
+            raise AssertionError(f"tether serve did not start: {line!r}; see {log}")
+
+    def kill(self) -> None:
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=30)
+        self.log.close()
+        return code

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from adapters.nats_server import EmbeddedNats
 from events.messages import Accepted, UserMessage
 from events.subjects import Subjects
 from tests.conftest import ChannelWatcher
+from tests.helpers import TETHER, Serve
 
 SCRIPT = """
 responses:
@@ -37,9 +37,6 @@ responses:
       - text: "Still here after the restart."
 """
 
-TETHER = [sys.executable, "-m", "adapters.cli"]
-
-
 @pytest.fixture
 def own_nats(tmp_path: Path) -> Iterator[EmbeddedNats]:
     server = EmbeddedNats(tmp_path / "nats").start()
@@ -48,32 +45,6 @@ def own_nats(tmp_path: Path) -> Iterator[EmbeddedNats]:
     finally:
         server.stop()
 
-
-class Serve:
-    """A `tether serve` child process."""
-
-    def __init__(self, env: dict[str, str], log: Path, cwd: Path | None = None) -> None:
-        self.log = log.open("a")
-        self.proc = subprocess.Popen(
-            [*TETHER, "serve"], env=env, stdout=subprocess.PIPE, stderr=self.log, text=True,
-            cwd=cwd,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()  # blocks until the engine is up (or died)
-        if "serving" not in line:
-            self.proc.kill()
-            raise AssertionError(f"tether serve did not start: {line!r}; see {log}")
-
-    def kill(self) -> None:
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=30)
-        self.log.close()
-        return code
 
 
 def test_serve_survives_sigkill(tmp_path: Path, own_nats: EmbeddedNats) -> None:
