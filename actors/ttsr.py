@@ -146,6 +146,20 @@ class TtsrMonitorActor(TetherActor):
             log.warning("TTSR: %s", warning)
         self.matcher = StreamMatcher(self.rules, window=self.settings.window)
         self.policy.set_rules(self.rules)
+        self._record_rules()
+
+    def _record_rules(self) -> None:
+        """Record the rule files in force in the session's RuleLog when they differ from
+        what it last recorded (nothing for a session that never had rules in force: none
+        are while TTSR is off)."""
+        in_force = self.rule_set.sources if self.settings.enabled else []
+        rule_log = self.app.rule_log(self.session_id)
+        recorded = rule_log.sources if rule_log is not None else []
+        if in_force == recorded:
+            return
+        rule_log = rule_log or RuleLog(session_id=self.session_id)
+        rule_log.record_rules(sources=in_force)
+        self.app.save(rule_log)
 
     def _reload_if_changed(self) -> None:
         if fingerprint(self.folders) != self._fingerprint:

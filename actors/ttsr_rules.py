@@ -37,6 +37,7 @@ import msgspec
 import msgspec.yaml
 
 from actors.front_matter import read_front_matter
+from events.ttsr import RuleSource
 
 __all__ = [
     "DEFAULT_SCOPES",
@@ -158,6 +159,8 @@ class RuleSet(msgspec.Struct, kw_only=True):
     rules: list[Rule] = []
     warnings: list[str] = []
     shadowed: list[str] = []
+    sources: list[RuleSource] = []
+    """The file of each rule, its text as read (what the session's RuleLog records)."""
 
 
 class _FrontMatter(msgspec.Struct, forbid_unknown_fields=True):
@@ -192,6 +195,12 @@ def parse_rule_file(path: Path, origin: str = "") -> Rule:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"cannot read: {exc}") from exc
+    return parse_rule_text(text, path, origin)
+
+
+def parse_rule_text(text: str, path: Path, origin: str = "") -> Rule:
+    """Parse the text of the rule file at ``path``; raise ValueError with a reason if it
+    is not a usable rule."""
     meta, body = read_front_matter(text, _FrontMatter)
     if not meta.trigger:
         raise ValueError("no trigger")
@@ -246,7 +255,11 @@ def load_rules(folders: list[str] | list[tuple[str, str]]) -> RuleSet:
             continue
         for path in files:
             try:
-                rule = parse_rule_file(path, origin)
+                text = path.read_text(encoding="utf-8")
+                rule = parse_rule_text(text, path, origin)
+            except (OSError, UnicodeDecodeError) as exc:
+                result.warnings.append(f"{path}: skipped: cannot read: {exc}")
+                continue
             except ValueError as exc:
                 result.warnings.append(f"{path}: skipped: {exc}")
                 continue
@@ -256,6 +269,23 @@ def load_rules(folders: list[str] | list[tuple[str, str]]) -> RuleSet:
                 continue
             by_name[rule.name] = rule
             result.rules.append(rule)
+            result.sources.append(RuleSource(path=str(path), origin=origin, text=text))
+    return result
+
+
+def rules_from_sources(sources: list[RuleSource]) -> RuleSet:
+    """The rules of recorded rule files (:attr:`RuleSet.sources`), parsed as they were
+    when loaded; one that no longer parses (a newer Tether's syntax) is skipped with a
+    warning."""
+    result = RuleSet()
+    for source in sources:
+        try:
+            rule = parse_rule_text(source.text, Path(source.path), source.origin)
+        except ValueError as exc:
+            result.warnings.append(f"{source.path}: skipped: {exc}")
+            continue
+        result.rules.append(rule)
+        result.sources.append(source)
     return result
 
 

@@ -622,7 +622,7 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
 
 def cmd_rules_test(args: argparse.Namespace) -> int:
     from actors.ttsr import rule_folders
-    from actors.ttsr_rules import load_rules
+    from actors.ttsr_rules import load_rules, rules_from_sources
     from actors.ttsr_whatif import what_if
     from adapters.host import user_rules_dir
 
@@ -630,14 +630,19 @@ def cmd_rules_test(args: argparse.Namespace) -> int:
         sid = _resolve(app, _view(settings, app), args.session)
         session = app.session(sid)
         assert session is not None
-        folders: Any = [("given", args.rules)] if args.rules else rule_folders(
-            session.workspace, settings.rules_dir, user_rules_dir()
-        )
-        rule_set = load_rules(folders)
+        rule_log = app.rule_log(sid)
+        if args.rules:
+            rule_set, whose = load_rules([("given", args.rules)]), f"from {args.rules}"
+        elif rule_log is not None and rule_log.sources:
+            rule_set, whose = rules_from_sources(rule_log.sources), "in force for the session"
+        else:  # a session from before the rules were recorded, or one that had none
+            folders = rule_folders(session.workspace, settings.rules_dir, user_rules_dir())
+            rule_set = load_rules(folders)
+            whose = "none recorded for the session; from " + ", ".join(p for _, p in folders)
         for warning in rule_set.warnings:
             print(f"skipped: {warning}")
         hits = what_if(app.session_events(sid), rule_set.rules, settings.ttsr)
-        print(f"{len(rule_set.rules)} rule(s) over session {sid} "
+        print(f"{len(rule_set.rules)} rule(s) ({whose}) over session {sid} "
               f"({session.version} events): {len(hits)} hit(s)")
         for hit in hits:
             print(f"  event {hit.version:>4}  turn {hit.turn:>3}  {hit.action:<9} "
@@ -972,7 +977,10 @@ def build_parser() -> argparse.ArgumentParser:
         "where each rule would have fired: a what-if, without the model.")
     test.add_argument("--session", required=True, metavar="ID", help="session id or name")
     test.add_argument("--rules", metavar="DIR",
-                      help="rules folder to try (default: the session's own rules)")
+                      help="rules folder to try (default: the rules in force for the "
+                           "session, as its rule monitor recorded them; for a session from "
+                           "before that, its workspace's, the configured and the user's "
+                           "folders)")
     test.set_defaults(func=cmd_rules_test)
     injections = rules_sub.add_parser(
         "injections", help="rules that fired, from the injection records",

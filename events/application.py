@@ -120,7 +120,7 @@ class TetherApplication(Application[uuid.UUID]):
         return self.load(forest_uuid(session_id), Forest)
 
     def rule_log(self, session_id: str) -> RuleLog | None:
-        """The TTSR rule log of a session, or None if no rule fired yet."""
+        """The TTSR rule log of a session, or None if it never had rules."""
         return self.load(rulelog_uuid(session_id), RuleLog)
 
     def record_actor_failure(

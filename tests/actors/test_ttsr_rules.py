@@ -15,7 +15,9 @@ from actors.ttsr_rules import (
     parse_rule_file,
     parse_scope,
     render_reminder,
+    rules_from_sources,
 )
+from events.ttsr import RuleSource
 
 PREAMBLE = [
     "Your output was interrupted because it broke one of this project's rules.",
@@ -394,3 +396,26 @@ def test_reminder_escapes_attributes_not_body_and_needs_rules() -> None:
     assert lines[-2] == "<b>keep & as is</b>"
     with pytest.raises(ValueError):
         render_reminder([])
+
+
+def test_the_sources_loaded_give_the_same_rules_again(tmp_path: Path) -> None:
+    ws, user = tmp_path / "ws", tmp_path / "user"
+    write_rule(ws, "a.md", "name: a\ntrigger: AAA\nscope: text", body="Body a.")
+    write_rule(user, "a.md", "name: a\ntrigger: shadowed")  # shadowed: not in force
+    write_rule(user, "b.md", "name: b\ntrigger: '\\bBBB'\ninterrupt: never")
+    write_rule(user, "bad.md", "name: bad\ntrigger: '('")  # skipped: not in force
+    loaded = load_rules([("workspace", str(ws)), ("user", str(user))])
+    assert [(s.path, s.origin) for s in loaded.sources] == [
+        (str(ws / "a.md"), "workspace"), (str(user / "b.md"), "user")]
+    assert loaded.sources[0].text == (ws / "a.md").read_text()
+    for path in (ws / "a.md", user / "b.md"):
+        path.unlink()  # what was recorded no longer needs the files
+    again = rules_from_sources(loaded.sources)
+    assert again.rules == loaded.rules and again.warnings == []
+    assert again.sources == loaded.sources
+
+
+def test_a_recorded_source_that_no_longer_parses_is_skipped_with_a_warning() -> None:
+    broken = RuleSource(path="/gone/x.md", origin="user", text="no front matter")
+    result = rules_from_sources([broken])
+    assert result.rules == [] and result.warnings and "/gone/x.md" in result.warnings[0]
