@@ -550,11 +550,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _session_json(session: Any) -> dict[str, Any]:
-    """A replayed session as one JSON object: its state and its history."""
+    """A replayed session as one JSON object: its state and its history (``cost_usd``
+    counts the turns that ended; ``running_turn_cost_usd`` what the turn still running at
+    that event has spent)."""
     fields = ("session_id", "name", "owner", "status", "mode", "workspace", "channel",
               "model", "turns", "input_tokens", "output_tokens", "cost_usd", "budget_usd",
               "fired_rules")
+    from adapters.render import running_turn_cost
+
     return {"version": session.version, **{f: getattr(session, f) for f in fields},
+            "in_turn": session.in_turn, "running_turn_cost_usd": running_turn_cost(session),
             "history": session.history}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors.pricing import cost_usd
 from events.messages import SessionSummary, TextBlock, ToolResultBlock, ToolUseBlock
 from events.session import Session
 
@@ -121,12 +122,27 @@ def render_timeline(events: list[Any]) -> str:
     return "\n".join(lines)
 
 
+def running_turn_cost(session: Session) -> float:
+    """What the model calls of the turn still running have cost so far (0.0 outside a
+    turn): a turn's cost is recorded only when it ends, priced as the session does."""
+    return cost_usd(session.model, session.turn_usage) if session.in_turn else 0.0
+
+
+def spent_text(session: Session) -> str:
+    """The session's dollars, the running turn's included and told apart."""
+    running = running_turn_cost(session)
+    if not running:
+        return f"${session.cost_usd:.4f}"
+    return (f"${session.cost_usd + running:.4f} (${running:.4f} of it in the turn still "
+            "running, priced from its tokens)")
+
+
 def render_session(session: Session) -> str:
     """A session as it stands: header, totals and the conversation."""
     lines = [
         f"session {session.session_id} ({session.name}) at event {session.version}",
         f"  status {session.status}, {session.turns} turn(s), "
-        f"{session.input_tokens}+{session.output_tokens} tokens, ${session.cost_usd:.4f}",
+        f"{session.input_tokens}+{session.output_tokens} tokens, {spent_text(session)}",
         f"  workspace {session.workspace}, model {session.model}",
     ]
     for turn in session.history:

@@ -97,6 +97,9 @@ class Session(Aggregate):
         """Dollars this session may spend (0: no limit)."""
         self.in_turn = False
         """A turn started and has not ended (completed, failed or killed) yet."""
+        self.turn_usage = Usage(0, 0)
+        """The tokens of the model calls of the turn not ended yet: its cost is counted in
+        ``cost_usd`` only when it ends."""
         self.waiting = False
         """The session said it waits for input (and has had none since)."""
         self.budget_exhausted = False
@@ -152,8 +155,13 @@ class Session(Aggregate):
         self, content: list[ContentBlock], stop_reason: str, usage: Usage, generation: int
     ) -> None:
         self.history.append(Turn("assistant", list(content)))
+        self._count_tokens(usage)
+
+    def _count_tokens(self, usage: Usage) -> None:
         self.input_tokens += usage.input_tokens
         self.output_tokens += usage.output_tokens
+        self.turn_usage = Usage(self.turn_usage.input_tokens + usage.input_tokens,
+                                self.turn_usage.output_tokens + usage.output_tokens)
 
     @event("ToolCallProposed")
     def propose_tool_call(
@@ -367,8 +375,7 @@ class Session(Aggregate):
                         node_id: str) -> None:
         """Another completion of the same request, kept as its own branch of the tree
         (``node_id``) and not in the history; its tokens count."""
-        self.input_tokens += usage.input_tokens
-        self.output_tokens += usage.output_tokens
+        self._count_tokens(usage)
 
     @event("AlternativeDropped")
     def drop_alternative(self, rules: list[str]) -> None:
@@ -394,6 +401,7 @@ class Session(Aggregate):
         self.completed_turns += 1
         self.cost_usd += cost_usd
         self.in_turn = False
+        self.turn_usage = Usage(0, 0)
 
     class TurnFailed(Aggregate.Event):
         """Declared explicitly so that ``cost_usd`` and ``kind``, added later, have
@@ -411,6 +419,7 @@ class Session(Aggregate):
         self.turns += 1
         self.cost_usd += cost_usd
         self.in_turn = False
+        self.turn_usage = Usage(0, 0)
 
     @event("ActorFailed")
     def record_actor_failure(self, error: str) -> None:

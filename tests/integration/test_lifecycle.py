@@ -261,6 +261,19 @@ def test_tether_kill_and_fork_talk_to_the_running_engine(
     replayed = json.loads(tether("replay", sid, "--until", "3", "--json").stdout)
     assert replayed["version"] == 3 and replayed["session_id"] == sid
     assert replayed["history"][0]["content"][0]["text"] == "count the stars"
+    answered = next(e for e in host.app.session_events(sid)
+                    if type(e).__name__ == "AssistantMessageAppended")
+    mid_turn = tether("replay", sid, "--until", str(answered.originator_version))
+    # the turn has spent tokens but not ended: its cost shows, priced from them
+    assert mid_turn.returncode == 0 and "in the turn still running" in mid_turn.stdout
+    assert "$0.0000" not in mid_turn.stdout
+    replayed = json.loads(tether("replay", sid, "--until", str(answered.originator_version),
+                                 "--json").stdout)
+    assert replayed["in_turn"] and replayed["cost_usd"] == 0
+    assert replayed["running_turn_cost_usd"] > 0
+    finished = json.loads(tether("replay", sid, "--json").stdout)
+    assert finished["running_turn_cost_usd"] == 0
+    assert finished["cost_usd"] == pytest.approx(replayed["running_turn_cost_usd"])
     fired = tether("rules", "injections", "--json")
     assert fired.returncode == 0 and fired.stdout == ""  # no rule fired: nothing, as JSON
 
