@@ -823,6 +823,26 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    import shtab
+
+    parser = build_parser()
+    kinds = {"FILE": shtab.FILE, "DIR": shtab.DIRECTORY, "PATH": shtab.FILE}
+
+    def mark(p: argparse.ArgumentParser) -> None:
+        """Complete file and folder arguments (by their metavar) with paths."""
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for child in dict.fromkeys(action.choices.values()):
+                    mark(child)
+            elif isinstance(action.metavar, str) and action.metavar in kinds:
+                action.complete = kinds[action.metavar]  # type: ignore[attr-defined]
+
+    mark(parser)
+    print(shtab.complete(parser, shell=args.shell))
+    return 0
+
+
 def _log_format_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-format", choices=LOG_FORMATS, default="text",
                         help="how log lines are written to standard error: text (default) "
@@ -890,6 +910,10 @@ def build_parser() -> argparse.ArgumentParser:
                           help="run even though no allowlist covers Telegram chats (anyone "
                                "who finds the bot can use it)")
     _log_format_option(telegram)
+    completion = add("completion", "print the shell completion script: "
+                     "`source <(tether completion bash)`, or put it where your shell loads "
+                     "completions from", cmd_completion)
+    completion.add_argument("shell", choices=("bash", "zsh", "tcsh"), help="the shell")
     kill = add("kill", "kill an active session of the running engine", cmd_kill)
     kill.add_argument("session", help="session id or name")
     kill.add_argument("--reason", default="killed by user", help="recorded with the kill")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 COMMANDS = ["config", "serve", "chat", "demo", "sessions", "kill", "fork", "events", "replay",
-            "stats", "telegram", "fake-llm", "tree", "branch", "edit", "generate"]
+            "stats", "telegram", "fake-llm", "tree", "branch", "edit", "generate", "completion"]
 
 
 def tether(*args: str, env: dict[str, str] | None = None, stdin: str = "") -> tuple[int, str, str]:
@@ -91,3 +91,44 @@ def test_bad_times_and_event_numbers_are_refused_naming_what_is_accepted(
 def test_version(env: dict[str, str]) -> None:
     code, out, _ = tether("--version", env=env)
     assert code == 0 and out.startswith("tether ") and out.split()[1][0].isdigit()
+
+
+BASH_COMPLETE = """
+source "$1"
+complete_words() {
+    COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+    COMP_LINE="${COMP_WORDS[*]}"; COMP_POINT=${#COMP_LINE}; COMPREPLY=()
+    _shtab_tether tether "${COMP_WORDS[-1]}" "${COMP_WORDS[-2]}"
+    echo "${COMPREPLY[*]}"
+}
+complete -p tether
+complete_words tether ru
+complete_words tether rules t
+complete_words tether serve --log-format ''
+complete_words tether --config "$2/tet"
+complete_words tether rules test --rules "$2/ru"
+"""
+
+
+def test_bash_completes_commands_choices_and_paths(env: dict[str, str], tmp_path: Path) -> None:
+    code, script, err = tether("completion", "bash", env=env)
+    assert code == 0, err
+    (tmp_path / "completion.bash").write_text(script)
+    (tmp_path / "tether.toml").write_text("")
+    (tmp_path / "rules").mkdir()
+    done = subprocess.run(["bash", "-c", BASH_COMPLETE, "bash", str(tmp_path / "completion.bash"),
+                           str(tmp_path)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    registered, *answers = done.stdout.splitlines()
+    assert registered.endswith(" tether")
+    assert answers == ["rules", "test", "text json", str(tmp_path / "tether.toml"),
+                       str(tmp_path / "rules")]
+
+
+def test_zsh_and_tcsh_scripts_are_printed(env: dict[str, str]) -> None:
+    code, out, _ = tether("completion", "zsh", env=env)
+    assert code == 0 and out.startswith("#compdef tether") and "replay" in out
+    code, out, _ = tether("completion", "tcsh", env=env)
+    assert code == 0 and "complete tether" in out
+    code, _, err = tether("completion", "fish", env=env)
+    assert code == 2 and "invalid choice" in err
