@@ -27,7 +27,6 @@ import msgspec
 
 from actors.authority import may_decide, refusal_reason
 from actors.conversation import history_at, resolve_node
-from actors.lifecycle import ACTIVE, FINISHED
 from actors.middleware import Gate, MiddlewareSettings, Refusal
 from actors.naming import name_from_prompt
 from actors.ports import Clock, Ids, SystemClock
@@ -37,6 +36,7 @@ from actors.session import ForkOf, NewSession, SessionTick
 from events.application import TetherApplication
 from events.forest import ForestError
 from events.inbox import RefusedMessage
+from events.lifecycle import ACTIVE, FINISHED
 from events.messages import (
     Accepted,
     BranchTo,

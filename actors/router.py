@@ -30,13 +30,13 @@ from typing import Annotated, Any
 import msgspec
 import pykka
 
-from actors.notices import ENDINGS
 from actors.ports import Clock, SystemClock
 from actors.routing import OutputBuffer, parse_route, resolve_origin
 from actors.runtime import ActorSystem, Envelope, TetherActor, Tick
 from events.application import TetherApplication
 from events.deliveries import Deliveries, deliveries_uuid
 from events.messages import ChannelMessage, StreamDelta, Watching, WatchSession
+from projections.notices import ENDINGS
 from projections.outbox import Outbox
 
 log = logging.getLogger(__name__)

@@ -65,9 +65,7 @@ from actors.engine_tools import (
     LOAD_TOOLS,
 )
 from actors.gatekeeper_policy import action_hash
-from actors.lifecycle import FINISHED, refusal
 from actors.modes import plan_file_for
-from actors.notices import full_input
 from actors.ports import (
     Clock,
     Grant,
@@ -104,6 +102,7 @@ from actors.titles import clean_title, exchange_messages, title_request, wants_t
 from events.application import TetherApplication
 from events.forest import Forest, ForestError
 from events.inbox import RefusedMessage
+from events.lifecycle import FINISHED, refusal
 from events.messages import (
     TREE_PAGE_MAX,
     Accepted,
@@ -154,6 +153,7 @@ from events.messages import (
     Verdict,
 )
 from events.session import Session, Turn
+from projections.notices import full_input
 
 log = logging.getLogger(__name__)
 

@@ -59,6 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         say()
         appended = append.run(quick=args.quick)
         summary.append(f"RATIO append tether/raw = {appended.ratio:.2f}")
+        for r in appended.recovery:
+            name = f"recovery{r.snapshot.events}" + (" compacting" if r.compacting else "")
+            summary.append(f"RATIO {name} snapshot/events = "
+                           f"{r.snapshot.median_ms / r.events_alone.median_ms:.2f}")
     if "interrupt" in chosen:
         with nats_server(args.nats) as url:
             say()

@@ -9,9 +9,14 @@
 * **raw**: a plain ``eventsourcing.application.Application`` (default mapper and JSON
   transcoder) and a minimal Aggregate recording the same nine events with payloads of similar
   size (plain dicts and strings), one save per event, on its own temporary SQLite file.
-* **replay**: a 1000-event session rebuilt with :meth:`TetherApplication.session` (plain-loop
-  projector) vs the library's default ``repository.get`` on the same store, and the raw
-  aggregate's 1000 events with ``repository.get`` on the raw application.
+* **recovery**: a session of 1,000 and of 10,000 events loaded with
+  :meth:`TetherApplication.session` (its latest typed snapshot, then the events after it:
+  snapshots are taken every ``SNAPSHOT_INTERVAL`` events) vs the same session from its
+  events alone (the plain-loop projector, as before snapshots), and the raw aggregate's
+  events with ``repository.get`` on the raw application (no snapshots). These sessions
+  never compact, so the 10,000-event one holds 5,000 messages (a 2.7 MB state); a third
+  10,000-event session compacts as a real one must once its history fills 70% of a
+  200K-token window (:data:`COMPACT_AT`).
 
 Prints turns/s and events/s for both and ``RATIO append tether/raw = X.XX`` (time per turn of
 tether over time per turn of raw, so above 1 means tether is slower, as for ``ask``).
@@ -33,7 +38,7 @@ from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate, event
 
 from bench.common import Printer, ratio, say, table
-from events.application import TetherApplication
+from events.application import SNAPSHOT_INTERVAL, TetherApplication, project
 from events.messages import TextBlock, ToolUseBlock, Usage
 from events.session import Session, session_uuid
 
@@ -42,7 +47,7 @@ FULL_WARMUP = 20
 QUICK_TURNS = 15
 QUICK_WARMUP = 3
 EVENTS_PER_TURN = 9
-REPLAY_EVENTS = 1000
+REPLAY_SIZES = (1_000, 10_000)
 FULL_REPLAY_REPEATS = 15
 QUICK_REPLAY_REPEATS = 3
 
@@ -271,14 +276,25 @@ class ReplayStats:
 
 
 @dataclass(frozen=True)
+class Recovery:
+    """Loading one session of ``events`` events three ways."""
+
+    held: int
+    """Messages in its history at the end."""
+    compacting: bool
+    """Whether it compacted its history as it grew."""
+    snapshot: ReplayStats
+    events_alone: ReplayStats
+    raw: ReplayStats
+
+
+@dataclass(frozen=True)
 class AppendResults:
     """Everything the append benchmark measured."""
 
     tether: AppendStats
     raw: AppendStats
-    replay_tether: ReplayStats
-    replay_default: ReplayStats
-    replay_raw: ReplayStats
+    recovery: list[Recovery]
 
     @property
     def ratio(self) -> float:
@@ -336,14 +352,31 @@ def bench_append(
     return totals[0], totals[1]
 
 
+COMPACT_AT = 1_100
+"""Messages at which the compacting case's history is compacted: about what 70% of a
+200K-token window holds of these turns (about 2 KB of text each 4 messages)."""
+COMPACT_KEEP = 330
+"""Messages the compaction keeps (after its summary)."""
+
+
 def _build_long(app: Application[uuid.UUID], steps: Sequence[Callable[[Any], Any]],
-                events: int, batch: int = 100) -> Any:
-    """Record ``events`` events on one aggregate (Created, then the other steps in turn)."""
+                events: int, batch: int = 100, *, compacting: bool = False) -> Any:
+    """Record ``events`` events on one aggregate (Created, then the other steps in turn).
+    ``compacting`` (a Session): compact its history as a real session would, whenever it
+    reaches :data:`COMPACT_AT` messages (each compaction is one of the events)."""
     aggregate = steps[0](None)
     recorded = 1
     cycle = list(steps[1:])
+    turn = 0
     while recorded < events:
-        aggregate = cycle[(recorded - 1) % len(cycle)](aggregate)
+        if compacting and len(aggregate.history) >= COMPACT_AT:
+            aggregate.compact_history(
+                summary="[Previous conversation summary: " + FINAL_TEXT + "]",
+                replaced=len(aggregate.history) - COMPACT_KEEP, tokens_before=140_000,
+                tokens_after=42_000, budget=200_000, cost_usd=0.01)
+        else:
+            aggregate = cycle[turn % len(cycle)](aggregate)
+            turn += 1
         recorded += 1
         if recorded % batch == 0:
             app.save(aggregate)
@@ -363,18 +396,25 @@ def _time_replay(get: Callable[[], Any], events: int, repeats: int) -> ReplaySta
     return ReplayStats(events, statistics.median(samples), min(samples))
 
 
-def bench_replay(
-    tapp: TetherApplication, rapp: RawApplication, events: int, repeats: int
-) -> tuple[ReplayStats, ReplayStats, ReplayStats]:
-    """Replay an ``events``-event session three ways: tether, library default, raw."""
-    session_id = "benchreplay"
-    _build_long(tapp, tether_steps(session_id), events)
+def bench_recovery(
+    tapp: TetherApplication, rapp: RawApplication, events: int, repeats: int,
+    compacting: bool = False,
+) -> Recovery:
+    """Load an ``events``-event session three ways: from its latest snapshot and the
+    events after it, from its events alone, and the raw aggregate's events (the raw
+    aggregate never compacts: its events alone are what is timed)."""
+    session_id = f"benchreplay{events}{'c' if compacting else ''}"
+    built = _build_long(tapp, tether_steps(session_id), events, compacting=compacting)
     raw_aggregate = _build_long(rapp, raw_steps(), events)
     sid_uuid = session_uuid(session_id)
-    tether = _time_replay(lambda: tapp.session(session_id), events, repeats)
-    default = _time_replay(lambda: tapp.repository.get(sid_uuid), events, repeats)
-    raw = _time_replay(lambda: rapp.repository.get(raw_aggregate.id), events, repeats)
-    return tether, default, raw
+    return Recovery(
+        held=len(built.history),
+        compacting=compacting,
+        snapshot=_time_replay(lambda: tapp.session(session_id), events, repeats),
+        events_alone=_time_replay(lambda: project(None, tapp.events.get(sid_uuid)), events,
+                                  repeats),
+        raw=_time_replay(lambda: rapp.repository.get(raw_aggregate.id), events, repeats),
+    )
 
 
 def run(quick: bool = False, out: Printer = say) -> AppendResults:
@@ -390,16 +430,16 @@ def run(quick: bool = False, out: Printer = say) -> AppendResults:
         rapp = raw_app(os.path.join(folder, "raw.db"))
         try:
             tether, raw = bench_append(tapp, rapp, turns, warmup)
-            replay_tether, replay_default, replay_raw = bench_replay(
-                tapp, rapp, REPLAY_EVENTS, repeats
-            )
+            recovery = [bench_recovery(tapp, rapp, n, repeats) for n in REPLAY_SIZES]
+            recovery.append(bench_recovery(tapp, rapp, REPLAY_SIZES[-1], repeats,
+                                           compacting=True))
             turn_events = (warmup + turns) * EVENTS_PER_TURN
             tether_bytes = _mean_stored_size(tapp, turn_events)
             raw_bytes = _mean_stored_size(rapp, turn_events)
         finally:
             tapp.close()
             rapp.close()
-    results = AppendResults(tether, raw, replay_tether, replay_default, replay_raw)
+    results = AppendResults(tether, raw, recovery)
 
     def row(name: str, s: AppendStats, size: float) -> list[str]:
         return [
@@ -416,26 +456,26 @@ def run(quick: bool = False, out: Printer = say) -> AppendResults:
     ):
         out(line)
     out("")
-    out(f"replay of a {REPLAY_EVENTS}-event session (median of {repeats}):")
+    out(f"recovery: loading one session (median of {repeats}; snapshots every "
+        f"{SNAPSHOT_INTERVAL} events):")
 
-    def rrow(name: str, r: ReplayStats) -> list[str]:
-        per_event = r.median_ms * 1000 / r.events
-        return [name, f"{r.median_ms:.1f}", f"{r.min_ms:.1f}", f"{per_event:.1f}"]
+    def rrow(name: str, r: ReplayStats, held: int | str) -> list[str]:
+        return [name, f"{r.events:,}", f"{held:,}" if isinstance(held, int) else held,
+                f"{r.median_ms:.2f}", f"{r.min_ms:.2f}"]
 
-    for line in table(
-        ["case", "median ms", "min ms", "us/event"],
-        [
-            rrow("TetherApplication.session", replay_tether),
-            rrow("tether store, default repository.get", replay_default),
-            rrow("raw app, default repository.get", replay_raw),
-        ],
-    ):
+    rows = []
+    for r in recovery:
+        rows += [rrow("TetherApplication.session (snapshot + events)", r.snapshot, r.held),
+                 rrow("tether, events alone", r.events_alone, r.held),
+                 rrow("raw app, repository.get", r.raw, "-")]
+    for line in table(["case", "events", "history", "median ms", "min ms"], rows):
         out(line)
-    out(
-        "replay tether/default = "
-        f"{ratio(replay_tether.median_ms, replay_default.median_ms):.2f}, "
-        f"tether/raw = {ratio(replay_tether.median_ms, replay_raw.median_ms):.2f}"
-    )
+    out(f"history = messages the session holds at the end; the last case compacts at "
+        f"{COMPACT_AT:,}, keeping {COMPACT_KEEP}, as a real session's window forces it to")
+    for r in recovery:
+        name = f"recovery{r.snapshot.events}" + (" compacting" if r.compacting else "")
+        out(f"RATIO {name} snapshot/events = "
+            f"{ratio(r.snapshot.median_ms, r.events_alone.median_ms):.2f}")
     out("ratio = time per turn of tether / time per turn of raw (above 1: tether is slower)")
     out(f"RATIO append tether/raw = {results.ratio:.2f}")
     return results
@@ -453,8 +493,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m bench.append [--quick]``."""
     parser = argparse.ArgumentParser(
         prog="python -m bench.append",
-        description="A session turn's event append and a 1000-event replay, Tether vs raw "
-        "eventsourcing, on SQLite.",
+        description="A session turn's event append, Tether vs raw eventsourcing, and the "
+        "recovery of a 1,000- and a 10,000-event session, on SQLite.",
     )
     parser.add_argument(
         "--quick", action="store_true", help=f"small N ({QUICK_TURNS} turns) for smoke runs"

@@ -78,6 +78,7 @@ Rules (after the Forest of the conversation engine spec, seed 003):
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal, NamedTuple
@@ -86,6 +87,7 @@ import msgspec
 from eventsourcing.domain import Aggregate, event
 
 from events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from events.snapshots import TypedSnapshot
 
 FOREST_NAMESPACE = uuid.UUID("3e0b6d27-5f8a-4c1e-b94d-7a2c8e51f036")
 
@@ -686,6 +688,15 @@ def _insert(items: list[str], item: str, index: int) -> None:
 # --- the aggregate -------------------------------------------------------------------------
 
 
+class ForestSnapshotState(msgspec.Struct, kw_only=True):
+    """Every attribute of a :class:`Forest`, typed: what its snapshots keep."""
+
+    _created_on: dt.datetime
+    _modified_on: dt.datetime
+    session_id: str
+    state: ForestState
+
+
 class Forest(Aggregate):
     """One session's conversation tree. Each operation records one event (none when it
     changes nothing); every event carries the changes it made, which replay applies."""
@@ -693,6 +704,9 @@ class Forest(Aggregate):
     @staticmethod
     def create_id(session_id: str, **_: Any) -> uuid.UUID:
         return forest_uuid(session_id)
+
+    class Snapshot(TypedSnapshot):
+        state: ForestSnapshotState
 
     class Started(Aggregate.Created):
         """Declared explicitly (as every event here) so fields added later get defaults."""

@@ -8,19 +8,17 @@ it, the current status and the running totals.
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from typing import Any
 
 import msgspec
 from eventsourcing.domain import Aggregate, event
 
+from events.lifecycle import FINISHED, LEGACY_STATUSES
 from events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from events.sandbox import SandboxProfile
-
-STATUSES = ("starting", "running", "completed", "failed", "killed")
-LEGACY_STATUSES = {"waiting": "running"}
-"""Statuses stored by earlier versions, and what they mean now: a multi-turn session
-between turns used to be ``waiting``; it is ``running`` (and waiting for input)."""
+from events.snapshots import TypedSnapshot
 
 
 class Turn(msgspec.Struct, omit_defaults=True):
@@ -49,6 +47,47 @@ class QueuedMessage(msgspec.Struct):
     user: str
 
 
+class SessionState(msgspec.Struct, kw_only=True):
+    """Every attribute of a :class:`Session`, typed: what its snapshots keep."""
+
+    _created_on: dt.datetime
+    _modified_on: dt.datetime
+    session_id: str
+    home_channel: str
+    owner: str
+    origin: str
+    multi_turn: bool
+    budget_usd: float
+    in_turn: bool
+    turn_usage: Usage
+    waiting: bool
+    budget_exhausted: bool
+    forked_from: str
+    title: str
+    system_prompt: str
+    loaded_groups: list[str]
+    compactions: int
+    name: str
+    workspace: str
+    model: str
+    channel: str
+    status: str
+    history: list[Turn]
+    turns: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    fired_rules: list[str]
+    failures: int
+    queued: list[QueuedMessage]
+    completed_turns: int
+    snapshots: list[tuple[str, str]]
+    mode: str
+    auto_approve: list[str]
+    plan: str
+    running_call: str
+
+
 def interrupted_result(reason: str) -> str:
     """What the model is told of a call interrupted mid-run."""
     return (f"interrupted: {reason}. It started but its end was never recorded, so its "
@@ -62,6 +101,9 @@ class Session(Aggregate):
     @staticmethod
     def create_id(session_id: str, **_: Any) -> uuid.UUID:
         return session_uuid(session_id)
+
+    class Snapshot(TypedSnapshot):
+        state: SessionState
 
     class Created(Aggregate.Created):
         """Declared explicitly so that fields added later have defaults: sessions stored
@@ -338,7 +380,7 @@ class Session(Aggregate):
     @event("StatusChanged")
     def change_status(self, status: str, reason: str) -> None:
         self.status = LEGACY_STATUSES.get(status, status)
-        if self.status in ("completed", "failed", "killed"):
+        if self.status in FINISHED:
             self.in_turn = False
         if status == "killed":
             self.queued.clear()  # a kill drops what was waiting (the events keep it)

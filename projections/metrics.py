@@ -46,8 +46,8 @@ from typing import Any
 
 import msgspec
 
-from actors.lifecycle import FINISHED, STATUSES
-from events.session import LEGACY_STATUSES, Session
+from events.lifecycle import FINISHED, LEGACY_STATUSES, STATUSES
+from events.session import Session
 from events.ttsr import RuleLog
 from projections.tables import Change, Row, Table, Update
 from projections.view import TrackedView

@@ -1,7 +1,7 @@
 """The notification outbox: every notice a session event makes, planned exactly once.
 
 Each session event becomes zero or more rows (id ``<notification id>.<n>``, in log
-order) with the notice's kind, text and audience (:func:`actors.notices.plan_notices`);
+order) with the notice's kind, text and audience (:func:`projections.notices.plan_notices`);
 a ``Deliveries.Delivered`` event marks its row delivered. Both happen with the view's
 tracking record, so after a restart the router finds exactly the notices still to send:
 the undelivered rows at or before the view's position.
@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from actors.notices import plan_notices
 from events.application import event_data
 from events.deliveries import Deliveries
 from events.session import Session
+from projections.notices import plan_notices
 from projections.tables import Change, Row, Table
 from projections.view import TrackedView
 

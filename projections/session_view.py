@@ -11,8 +11,9 @@ from typing import Any
 
 import msgspec
 
+from events.lifecycle import LEGACY_STATUSES
 from events.messages import SessionSummary
-from events.session import LEGACY_STATUSES, Session
+from events.session import Session
 from projections.tables import Change, Row, Table
 from projections.view import TrackedView
 

@@ -14,11 +14,11 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as text_families
 
-from actors.lifecycle import STATUSES
 from adapters.config import Settings
 from adapters.store import open_application, open_view
 from events.application import TetherApplication
 from events.decisions import ToolDecision
+from events.lifecycle import STATUSES
 from events.messages import TextBlock, Usage
 from events.session import Session, Turn
 from events.ttsr import RuleLog

@@ -11,6 +11,9 @@ from __future__ import annotations
 STATUSES = ("starting", "running", "completed", "failed", "killed")
 ACTIVE = frozenset({"starting", "running"})
 FINISHED = frozenset({"completed", "failed", "killed"})
+LEGACY_STATUSES = {"waiting": "running"}
+"""Statuses stored by earlier versions, and what they mean now: a multi-turn session
+between turns used to be ``waiting``; it is ``running`` (and waiting for input)."""
 
 _ALLOWED: dict[str, frozenset[str]] = {
     "starting": frozenset({"running", "failed", "killed"}),

@@ -1,0 +1,140 @@
+"""Typed snapshots of sessions and forests, through a real store (SQLite and PostgreSQL):
+exact round trips, loads that read a snapshot and the events after it, and snapshots that
+can neither break a load nor a save."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Iterator
+
+import msgspec
+import pytest
+from eventsourcing.persistence import StoredEvent
+
+from adapters.config import Settings
+from adapters.store import open_application
+from events.application import SNAPSHOT_INTERVAL, TetherApplication
+from events.forest import Forest, ForestSnapshotState
+from events.messages import TextBlock, ToolUseBlock, Usage
+from events.session import Session, SessionState
+from tests.events.test_store_roundtrip import full_session
+
+ENVELOPE = {"_id", "_version", "_pending_events"}
+
+
+@pytest.fixture
+def app(database_url: str, make_settings: Callable[..., Settings]) -> Iterator[TetherApplication]:
+    application = open_application(make_settings(database_url=database_url))
+    try:
+        yield application
+    finally:
+        application.close()
+
+
+def a_forest() -> Forest:
+    forest = Forest(session_id="s1")
+    root = forest.root_for("You are a coding agent.")
+    ask = forest.append(root, "user", [TextBlock("fix the login")])
+    forest.append(ask, "assistant", [TextBlock("Reading."),
+                                     ToolUseBlock(id="t1", name="read_file", input={"p": 1})])
+    forest.bookmark("start", ask)
+    return forest
+
+
+def test_every_attribute_is_in_the_snapshot_state() -> None:
+    assert set(vars(full_session())) - ENVELOPE == set(SessionState.__struct_fields__)
+    assert set(vars(a_forest())) - ENVELOPE == set(ForestSnapshotState.__struct_fields__)
+
+
+@pytest.mark.parametrize("make", [full_session, a_forest], ids=["session", "forest"])
+def test_a_snapshot_round_trips_exactly_and_typed(
+        app: TetherApplication, make: Callable[[], Session | Forest]) -> None:
+    aggregate = make()
+    app.save(aggregate)
+    snapshot = type(aggregate).Snapshot.take(aggregate)
+    stored = app.mapper.to_stored_event(snapshot)
+    restored = app.mapper.to_domain_event(stored).mutate(None)
+
+    assert restored == aggregate and restored.version == aggregate.version
+    assert vars(restored).keys() == vars(aggregate).keys()
+    assert isinstance(restored.created_on, dt.datetime)
+    if isinstance(restored, Session):
+        assert isinstance(restored.history[0].content[0], TextBlock)
+        assert isinstance(restored.turn_usage, Usage)
+
+
+def grow(session: Session, app: TetherApplication, events: int) -> None:
+    """Record ``events`` more events on ``session``, saved a few at a time as a turn is."""
+    for i in range(events):
+        if i % 3 == 0:
+            session.receive_user_message(text=f"message {i}", channel="c", user="ana")
+        elif i % 3 == 1:
+            session.append_assistant_message(content=[TextBlock(f"answer {i}")],
+                                             stop_reason="end_turn", usage=Usage(10, 2),
+                                             generation=i)
+        else:
+            session.complete_turn(rounds=1, usage=Usage(10, 2), cost_usd=0.001, stop="end_turn")
+        if i % 7 == 6:
+            app.save(session)
+    app.save(session)
+
+
+def replayed(app: TetherApplication, session: Session, version: int | None = None) -> Session:
+    """The session from its events alone."""
+    aggregate: Session | None = None
+    for event in app.events.get(session.id, lte=version):
+        aggregate = event.mutate(aggregate)
+    assert aggregate is not None
+    return aggregate
+
+
+def test_a_long_session_loads_from_its_latest_snapshot(app: TetherApplication) -> None:
+    session = Session(session_id="long", name="long", workspace="/ws", model="m", channel="c")
+    grow(session, app, 2 * SNAPSHOT_INTERVAL + 40)
+    assert app.snapshots is not None
+    taken = [s.originator_version for s in app.snapshots.get(session.id)]
+    assert taken == [SNAPSHOT_INTERVAL, 2 * SNAPSHOT_INTERVAL]
+
+    assert app.session("long") == replayed(app, session) == session
+    middle = SNAPSHOT_INTERVAL + 17  # the first snapshot and 17 events after it
+    assert app.session("long", version=middle) == replayed(app, session, middle)
+    early = app.session("long", version=5)  # before any snapshot: the events alone
+    assert early is not None and early.version == 5 and early == replayed(app, session, 5)
+
+
+def test_a_snapshot_that_does_not_decode_is_passed_over(
+        app: TetherApplication, caplog: pytest.LogCaptureFixture) -> None:
+    session = Session(session_id="odd", name="odd", workspace="/ws", model="m", channel="c")
+    grow(session, app, 30)
+    assert app.snapshots is not None
+    app.snapshots.recorder.insert_events([StoredEvent(  # as an older release might have left
+        originator_id=session.id, originator_version=20,
+        topic="events.session:Session.Snapshot",
+        state=msgspec.json.encode({"topic": "events.session:Session", "timestamp": 1,
+                                   "state": {"history": "not a list"}}))])
+
+    with caplog.at_level(logging.WARNING, logger="events.application"):
+        loaded = app.session("odd")
+
+    assert loaded == replayed(app, session) == session
+    assert any("could not be decoded" in r.getMessage() for r in caplog.records)
+
+
+def test_a_snapshot_that_cannot_be_taken_does_not_fail_the_save(
+        app: TetherApplication, caplog: pytest.LogCaptureFixture) -> None:
+    session = Session(session_id="new", name="new", workspace="/ws", model="m", channel="c")
+    app.save(session)
+    assert app.snapshots is not None
+    recorder = app.snapshots.recorder
+    schema = getattr(recorder.datastore, "schema", "")  # PostgreSQL's
+    table = f'"{schema}"."{recorder.events_table_name}"' if schema else \
+        recorder.events_table_name
+    with recorder.datastore.transaction(commit=True) as cursor:  # the snapshot table is lost
+        cursor.execute(f"DROP TABLE {table} CASCADE" if schema else f"DROP TABLE {table}")
+    with caplog.at_level(logging.WARNING, logger="events.application"):
+        grow(session, app, SNAPSHOT_INTERVAL + 5)
+
+    assert any("no snapshot at version 200" in r.getMessage() for r in caplog.records)
+    stored = replayed(app, session)
+    assert stored == session and stored.version == SNAPSHOT_INTERVAL + 6
