@@ -4,10 +4,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test install lint bench clean help
+.PHONY: run test test-fast install lint bench clean help
 
 help:  ## list the targets
-	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,9 @@ lint: install  ## ruff and mypy
 
 test: lint  ## lint, type-check and run the whole suite
 	$(BIN)/pytest -q
+
+test-fast: install  ## the edit-test loop: the tests that start no server, engine or process
+	$(BIN)/pytest -q -m "not slow"
 
 bench: install  ## the benchmarks (figures and ratios, no assertions)
 	$(BIN)/python -m bench

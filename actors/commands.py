@@ -10,6 +10,7 @@ import os
 
 import msgspec
 
+from actors.paths import inside
 from events.session import Session
 
 COMMANDS = {
@@ -82,6 +83,6 @@ def resolve_dir(current: str, requested: str, root: str) -> str | None:
         root = os.path.realpath(root)
     except (ValueError, OSError):  # a NUL byte, say: no such folder
         return None
-    if path != root and not path.startswith(root + os.sep):
+    if not inside(path, root):
         return None
     return path if os.path.isdir(path) else None

@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from actors.paths import inside
+
 #: The built-in tools the gatekeeper knows; any other tool name is denied.
 BUILTIN_TOOLS: frozenset[str] = frozenset({
     "read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "run_shell",
@@ -73,10 +75,7 @@ def resolve_in_workspace(path: str, workspace: str) -> str | None:
         resolved = os.path.realpath(os.path.join(root, path))
     except (OSError, ValueError):  # embedded NUL bytes, symlink loops on some platforms
         return None
-    if resolved == root:
-        return resolved
-    prefix = root if root.endswith(os.sep) else root + os.sep
-    return resolved if resolved.startswith(prefix) else None
+    return resolved if inside(resolved, root) else None
 
 
 class Decision(msgspec.Struct, frozen=True):

@@ -29,6 +29,7 @@ from actors.authority import may_decide, refusal_reason
 from actors.conversation import history_at, resolve_node
 from actors.middleware import Gate, MiddlewareSettings, Refusal
 from actors.naming import name_from_prompt
+from actors.paths import inside
 from actors.ports import Clock, Ids, SystemClock
 from actors.redact import Redactor
 from actors.runtime import ActorHandle, ActorSystem, AskResult, Envelope, TetherActor, Tick
@@ -457,7 +458,7 @@ class SessionManagerActor(TetherActor):
         if not requested:
             return root
         path = os.path.realpath(os.path.join(root, requested))
-        return path if path == root or path.startswith(root + os.sep) else None
+        return path if inside(path, root) else None
 
     def _on_kill(self, message: KillSession, envelope: Envelope | None) -> None:
         sid = message.session_id

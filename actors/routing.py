@@ -16,6 +16,8 @@ from collections.abc import Mapping
 
 import msgspec
 
+from actors.paths import inside
+
 UNKNOWN = "unknown"
 BUFFER_BLOCKS = 200
 LAST_LINES = 5
@@ -41,8 +43,7 @@ def resolve_origin(explicit: str, request_channel: str, workspace: str,
     path = os.path.normpath(workspace) if workspace else ""
     for prefix in workdir_channels:
         root = os.path.normpath(prefix)
-        if path and (path == root or path.startswith(root.rstrip(os.sep) + os.sep)) and len(
-                root) > len(best):
+        if path and inside(path, root) and len(root) > len(best):
             best = root
     if best:
         return next(v for k, v in workdir_channels.items() if os.path.normpath(k) == best)

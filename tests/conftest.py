@@ -37,6 +37,21 @@ SHARED_NATS = "nats://127.0.0.1:4222"
 POSTGRES_URL = os.environ.get("TETHER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 
 
+SLOW_FIXTURES = frozenset({"nats_url", "make_host", "engine", "fake_llm"})
+"""Fixtures that start a server, an engine or a NATS connection: a test using one is
+``slow`` (as is everything under ``tests/integration`` and ``tests/bench``)."""
+SLOW_FOLDERS = ("integration", "bench")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the slow tests, so ``make test-fast`` (``-m "not slow"``) leaves them out."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        folder = item.path.parent.name
+        if fixtures & SLOW_FIXTURES or folder in SLOW_FOLDERS:
+            item.add_marker(pytest.mark.slow)
+
+
 def _reachable(host: str, port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
         return True

@@ -17,6 +17,7 @@ from typing import Any, Literal, NamedTuple
 import msgspec
 
 from actors.gatekeeper_policy import action_hash as _gatekeeper_action_hash
+from actors.paths import inside
 from actors.security.globs import expand_braces, has_glob
 from actors.security.shell import ShellCommand, Target, hosts_in, is_dynamic, parse_shell
 
@@ -215,12 +216,9 @@ UNKNOWN_TOOL_PATH_KEYS: frozenset[str] = frozenset(
 )
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
 
 def _relative(path: str | None, root: str) -> str | None:
-    if path is None or not _inside(path, root):
+    if path is None or not inside(path, root):
         return None
     rel = os.path.relpath(path, root)
     return "." if rel == "." else rel.replace(os.sep, "/")
@@ -294,7 +292,7 @@ def _make_ref(
                 lexical=None if dyn else lexical,
                 relative=None if dyn else _relative(resolved, root),
                 lexical_relative=None if dyn else _relative(lexical, root),
-                inside=not dyn and resolved is not None and _inside(resolved, root),
+                inside=not dyn and resolved is not None and inside(resolved, root),
                 escapes=escapes,
                 dynamic=dyn,
                 glob=pattern,
@@ -318,7 +316,7 @@ def _make_ref(
                         lexical=os.path.normpath(match),
                         relative=_relative(real, root),
                         lexical_relative=_relative(os.path.normpath(match), root),
-                        inside=_inside(real, root),
+                        inside=inside(real, root),
                         escapes=escapes,
                         dynamic=False,
                         glob=False,
@@ -400,7 +398,7 @@ def enrich(request: ActionRequest, workspace: str, home: str | None = None,
                 if isinstance(item, str):
                     refs = _make_ref(item, unknown_access, f"{request.type}.{key}", -1,
                                      path_base if trusted_read else root, root, home_dir)
-                    if trusted_read and not _inside(path_base, root):
+                    if trusted_read and not inside(path_base, root):
                         # Taken from a folder outside the workspace, a relative path does
                         # not climb out with ``..``: where it leads is judged instead.
                         refs = [msgspec.structs.replace(r, escapes=False) for r in refs]

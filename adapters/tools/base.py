@@ -3,8 +3,6 @@ keep its paths inside the workspace and its output within bounds."""
 
 from __future__ import annotations
 
-import os
-
 from actors.gatekeeper_policy import resolve_in_workspace
 
 DEFAULT_TIMEOUT = 30.0
@@ -45,9 +43,6 @@ class ToolLimits:
         return f"{kept}\n[output capped at {self.max_output_chars} characters; {note}]"
 
 
-def inside(path: str, root: str) -> bool:
-    """Is absolute ``path`` ``root`` itself or below it (lexically)?"""
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def plural(count: int, word: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from actors.commands import Command, parse_command, resolve_dir
+from actors.paths import inside
 
 
 def test_parse() -> None:
@@ -34,3 +35,9 @@ def test_help_is_a_list_one_command_a_line() -> None:
     assert lines[0] == "commands:"
     assert [line.split()[0] for line in lines[1:]] == [f"/{name}" for name in COMMANDS]
     assert "/status" in lines[1] and "mode" in lines[1]
+
+
+def test_inside_is_the_folder_itself_or_below_it() -> None:
+    assert inside("/ws", "/ws") and inside("/ws/a/b", "/ws") and inside("/ws/a", "/ws/")
+    assert not inside("/wsx", "/ws") and not inside("/", "/ws") and not inside("/w", "/ws")
+    assert inside("/anything", "/")  # every absolute path is below the root folder

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs the tether command line as a process
+
 COMMANDS = ["config", "serve", "chat", "demo", "sessions", "kill", "fork", "events", "replay",
             "stats", "telegram", "fake-llm", "tree", "branch", "edit", "generate", "completion"]
 

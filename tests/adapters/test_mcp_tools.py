@@ -44,6 +44,8 @@ from tests.conftest import Engine
 from tests.helpers import Listener, need_sandbox, say, wait_until
 from tests.mcp_server import LONG_NAME
 
+pytestmark = pytest.mark.slow  # starts MCP servers as processes
+
 REPO = Path(__file__).resolve().parents[2]
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 

@@ -32,6 +32,8 @@ from adapters.tools.shell import Unconfined
 from events.sandbox import SandboxLimits
 from tests.helpers import Listener, need_sandbox, need_sealing
 
+pytestmark = pytest.mark.slow  # runs commands in the bubblewrap sandbox
+
 PROTECTED = ("SOUL.md", "IDENTITY.md", "GUARDRAILS.md", "MEMORY.md", "AGENTS.md", "*/.git/config",
              "HEARTBEAT.md", ".tether/policy.yaml", ".tether/rules/**")
 

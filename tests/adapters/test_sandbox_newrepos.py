@@ -15,6 +15,8 @@ from adapters.sandbox.newrepos import git_folders, make_harmless
 from events.sandbox import SandboxLimits
 from tests.helpers import need_sandbox
 
+pytestmark = pytest.mark.slow  # runs commands in the bubblewrap sandbox
+
 GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
 
