@@ -56,7 +56,7 @@ from events.messages import (
     TreeQuery,
     UserMessage,
 )
-from events.session import Turn
+from events.session import Session, Turn
 from events.ttsr import RuleLog
 
 log = logging.getLogger(__name__)
@@ -391,12 +391,11 @@ class SessionManagerActor(TetherActor):
         fired: list[str] = []
         so_far: list[str] = []
         for event in self.app.session_events(source_id):
-            name = type(event).__name__
-            if name in ("TtsrInterrupted", "TtsrReminderAdded"):
+            if isinstance(event, Session.TtsrInterrupted | Session.TtsrReminderAdded):
                 so_far.extend(r for r in event.rules if r not in so_far)
                 if event.reminder in on_path:
                     fired.extend(r for r in event.rules if r not in fired)
-            elif name == "HistoryCompacted" and event.summary in on_path:
+            elif isinstance(event, Session.HistoryCompacted) and event.summary in on_path:
                 fired.extend(r for r in so_far if r not in fired)
         return fired
 

@@ -19,6 +19,7 @@ from actors.ttsr_match import Match, StreamMatcher
 from actors.ttsr_policy import InjectionPolicy, TtsrSettings
 from actors.ttsr_rules import Rule
 from events.messages import TextBlock, ToolUseBlock
+from events.session import Session
 
 
 class WhatIfHit(msgspec.Struct, frozen=True):
@@ -51,12 +52,11 @@ def what_if(events: list[Any], rules: list[Rule], settings: TtsrSettings | None 
     turn = 0
     hits: list[WhatIfHit] = []
     for event in events:
-        name = type(event).__name__
         pieces: list[tuple[str, int, str]] = []
         tool_paths: dict[int, str | None] = {}
-        if name == "TtsrInterrupted" and event.partial_text:
+        if isinstance(event, Session.TtsrInterrupted) and event.partial_text:
             pieces = [("text", 0, event.partial_text)]
-        elif name == "AssistantMessageAppended":
+        elif isinstance(event, Session.AssistantMessageAppended):
             for index, block in enumerate(event.content):
                 if isinstance(block, TextBlock):
                     pieces.append(("text", index, block.text))
@@ -64,7 +64,7 @@ def what_if(events: list[Any], rules: list[Rule], settings: TtsrSettings | None 
                     pieces.append((f"tool:{block.name}", index, json.dumps(block.input)))
                     path = block.input.get("path")
                     tool_paths[index] = path if isinstance(path, str) else None
-        elif name == "TurnCompleted":
+        elif isinstance(event, Session.TurnCompleted):
             turn += 1
             continue
         else:

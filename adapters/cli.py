@@ -721,6 +721,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_undo(args: argparse.Namespace) -> int:
     from actors.ports import Snapshot
     from adapters.snapshots import MANIFEST, SnapshotStore
+    from events.session import Session
 
     with _store(args) as (settings, app):
         sid = _resolve(app, _view(settings, app), args.session)
@@ -728,9 +729,10 @@ def cmd_undo(args: argparse.Namespace) -> int:
         assert session is not None
         if session.in_turn:
             raise ConfigError(f"session {sid} is in the middle of a turn; undo it when it waits")
-        restored_ids = {i for e in app.session_events(sid) if type(e).__name__ == "FilesRestored"
+        events = app.session_events(sid)
+        restored_ids = {i for e in events if isinstance(e, Session.FilesRestored)
                         for i in e.snapshot_ids}
-        taken = [e for e in app.session_events(sid) if type(e).__name__ == "FilesSnapshotted"
+        taken = [e for e in events if isinstance(e, Session.FilesSnapshotted)
                  and e.snapshot_id not in restored_ids]
         if args.to is not None:
             chosen = [e for e in taken if e.originator_version > args.to]

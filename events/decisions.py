@@ -38,7 +38,17 @@ class ToolDecision(Aggregate):
     def create_id(call_id: str, session_id: str, action_hash: str, **_: Any) -> uuid.UUID:
         return decision_uuid(session_id, call_id, action_hash)
 
-    @event("Evaluated")
+    class Evaluated(Aggregate.Created):
+        call_id: str
+        session_id: str
+        tool: str
+        tool_input: dict[str, Any]
+        action_hash: str
+        decision: str
+        reason: str
+        tier: str
+
+    @event(Evaluated)
     def __init__(
         self,
         call_id: str,
@@ -60,7 +70,10 @@ class ToolDecision(Aggregate):
         self.tier = tier
         self.stages: list[StageRecord] = []
 
-    @event("StagesRecorded")
+    class StagesRecorded(Aggregate.Event):
+        stages: list[StageRecord]
+
+    @event(StagesRecorded)
     def record_stages(self, stages: list[StageRecord]) -> None:
         """Every stage the decision went through, in order (saved with the decision)."""
         self.stages = list(stages)

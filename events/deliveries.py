@@ -30,7 +30,10 @@ class Deliveries(Aggregate):
     def create_id(session_id: str, **_: Any) -> uuid.UUID:
         return deliveries_uuid(session_id)
 
-    @event("Started")
+    class Started(Aggregate.Created):
+        session_id: str
+
+    @event(Started)
     def __init__(self, session_id: str):
         self.session_id = session_id
         self.delivered = 0
@@ -39,13 +42,24 @@ class Deliveries(Aggregate):
         self.away: dict[str, int] = {}
         """Channels that went to the background -> the last block they had seen."""
 
-    @event("Delivered")
+    class Delivered(Aggregate.Event):
+        notice: str
+        kind: str
+        route: str
+        outcome: str
+
+    @event(Delivered)
     def deliver(self, notice: str, kind: str, route: str, outcome: str) -> None:
         """Notice ``notice`` (of ``kind``) went to ``route``: ``sent``, ``webhook``,
         ``skipped: why`` or ``failed: why``."""
         self.delivered += 1
 
-    @event("Watched")
+    class Watched(Aggregate.Event):
+        channel: str
+        foreground: bool
+        seen: int
+
+    @event(Watched)
     def watch(self, channel: str, foreground: bool, seen: int) -> None:
         """``channel`` watches in the foreground (or went to the background) having seen
         output blocks up to ``seen``."""

@@ -15,7 +15,15 @@ EXCERPT = 200
 class RefusedMessage(Aggregate):
     """One refused message (its id is random: every refusal is its own record)."""
 
-    @event("Refused")
+    class Refused(Aggregate.Created):
+        channel: str
+        user: str
+        kind: str
+        reason: str
+        size: int
+        excerpt: str
+
+    @event(Refused)
     def __init__(self, channel: str, user: str, kind: str, reason: str, size: int,
                  excerpt: str):
         self.channel = channel

@@ -40,22 +40,42 @@ class Interaction(Aggregate):
         self.kind = kind
         self.outcome = "pending"
 
-    @event("Answered")
+    class Answered(Aggregate.Event):
+        approved: bool
+        by: str
+        reason: str
+
+    @event(Answered)
     def answer(self, approved: bool, by: str, reason: str) -> None:
         self.outcome = "approved" if approved else "denied"
 
-    @event("Replied")
+    class Replied(Aggregate.Event):
+        answer: str
+        by: str
+
+    @event(Replied)
     def reply(self, answer: str, by: str) -> None:
         self.outcome = "answered"
 
-    @event("Chosen")
+    class Chosen(Aggregate.Event):
+        choice: str
+        feedback: str
+        by: str
+
+    @event(Chosen)
     def choose(self, choice: str, feedback: str, by: str) -> None:
         self.outcome = choice
 
-    @event("Expired")
+    class Expired(Aggregate.Event):
+        pass
+
+    @event(Expired)
     def expire(self) -> None:
         self.outcome = "expired"
 
-    @event("Cancelled")
+    class Cancelled(Aggregate.Event):
+        reason: str
+
+    @event(Cancelled)
     def cancel(self, reason: str) -> None:
         self.outcome = "cancelled"

@@ -174,13 +174,23 @@ class Session(Aggregate):
         self.running_call = ""
         """The call that started and has not ended (ToolCallStarted without a result)."""
 
-    @event("UserMessageQueued")
+    class UserMessageQueued(Aggregate.Event):
+        text: str
+        channel: str
+        user: str
+
+    @event(UserMessageQueued)
     def queue_user_message(self, text: str, channel: str, user: str) -> None:
         if not self.owner:
             self.owner = user
         self.queued.append(QueuedMessage(text, channel, user))
 
-    @event("UserMessageReceived")
+    class UserMessageReceived(Aggregate.Event):
+        text: str
+        channel: str
+        user: str
+
+    @event(UserMessageReceived)
     def receive_user_message(self, text: str, channel: str, user: str) -> None:
         if not self.owner:
             self.owner = user
@@ -192,7 +202,13 @@ class Session(Aggregate):
         self.in_turn = True
         self.waiting = False
 
-    @event("AssistantMessageAppended")
+    class AssistantMessageAppended(Aggregate.Event):
+        content: list[ContentBlock]
+        stop_reason: str
+        usage: Usage
+        generation: int
+
+    @event(AssistantMessageAppended)
     def append_assistant_message(
         self, content: list[ContentBlock], stop_reason: str, usage: Usage, generation: int
     ) -> None:
@@ -205,59 +221,117 @@ class Session(Aggregate):
         self.turn_usage = Usage(self.turn_usage.input_tokens + usage.input_tokens,
                                 self.turn_usage.output_tokens + usage.output_tokens)
 
-    @event("ToolCallProposed")
+    class ToolCallProposed(Aggregate.Event):
+        call_id: str
+        tool: str
+        tool_input: dict[str, Any]
+        action_hash: str
+
+    @event(ToolCallProposed)
     def propose_tool_call(
         self, call_id: str, tool: str, tool_input: dict[str, Any], action_hash: str
     ) -> None:
         pass
 
-    @event("ToolCallDecided")
+    class ToolCallDecided(Aggregate.Event):
+        call_id: str
+        decision: str
+        reason: str
+        tier: str
+
+    @event(ToolCallDecided)
     def decide_tool_call(self, call_id: str, decision: str, reason: str, tier: str) -> None:
         pass
 
-    @event("ToolCallStarted")
+    class ToolCallStarted(Aggregate.Event):
+        call_id: str
+        tool: str
+        sandbox: SandboxProfile | None
+
+    @event(ToolCallStarted)
     def start_tool_call(self, call_id: str, tool: str, sandbox: SandboxProfile | None) -> None:
         """An allowed call starts running, contained by ``sandbox`` (None: the tool starts
         no process). Saved before it runs: a start with no end was interrupted."""
         self.running_call = call_id
 
-    @event("ToolCallExecuted")
+    class ToolCallExecuted(Aggregate.Event):
+        call_id: str
+        tool: str
+        output: str
+        is_error: bool
+
+    @event(ToolCallExecuted)
     def record_tool_result(self, call_id: str, tool: str, output: str, is_error: bool) -> None:
         self._add_tool_result(ToolResultBlock(call_id, output, is_error))
 
-    @event("ToolCallInterrupted")
+    class ToolCallInterrupted(Aggregate.Event):
+        call_id: str
+        tool: str
+        reason: str
+
+    @event(ToolCallInterrupted)
     def interrupt_tool_call(self, call_id: str, tool: str, reason: str) -> None:
         """A call that started never reported its end (the engine died while it ran, or
         the session was killed): it may have done some of its work, or all of it."""
         self._add_tool_result(ToolResultBlock(call_id, interrupted_result(reason), True))
 
-    @event("CommandRun")
+    class CommandRun(Aggregate.Event):
+        name: str
+        args: str
+        user: str
+        channel: str
+        result: str
+
+    @event(CommandRun)
     def run_command(self, name: str, args: str, user: str, channel: str, result: str) -> None:
         """A chat command was handled (it never reached the model)."""
 
-    @event("ContextCleared")
+    class ContextCleared(Aggregate.Event):
+        pass
+
+    @event(ContextCleared)
     def clear_context(self) -> None:
         """/clear: the next message starts a fresh context (the events keep the old one)."""
         self.history = []
 
-    @event("WorkspaceChanged")
+    class WorkspaceChanged(Aggregate.Event):
+        path: str
+
+    @event(WorkspaceChanged)
     def change_workspace(self, path: str) -> None:
         """/dir: tools run in ``path`` from now on."""
         self.workspace = path
 
-    @event("TitleSet")
+    class TitleSet(Aggregate.Event):
+        title: str
+        cost_usd: float
+
+    @event(TitleSet)
     def set_title(self, title: str, cost_usd: float) -> None:
         """The session's title, generated in the background once it had enough messages
         (what that model call cost counts with the session)."""
         self.title = title
         self.cost_usd += cost_usd
 
-    @event("ProviderRetried")
+    class ProviderRetried(Aggregate.Event):
+        attempt: int
+        error: str
+        delay: float
+
+    @event(ProviderRetried)
     def record_provider_retry(self, attempt: int, error: str, delay: float) -> None:
         """The model call failed with a transient ``error``; it is tried again after
         ``delay`` seconds (``attempt`` of this turn)."""
 
-    @event("HistoryCompacted")
+    class HistoryCompacted(Aggregate.Event):
+        summary: str
+        replaced: int
+        tokens_before: int
+        tokens_after: int
+        budget: int
+        cost_usd: float
+
+    @event(HistoryCompacted)
     def compact_history(self, summary: str, replaced: int, tokens_before: int,
                         tokens_after: int, budget: int, cost_usd: float) -> None:
         """The first ``replaced`` messages of the history gave way to ``summary`` (the
@@ -268,25 +342,41 @@ class Session(Aggregate):
         self.cost_usd += cost_usd
         self.compactions += 1
 
-    @event("MemoryFlushed")
+    class MemoryFlushed(Aggregate.Event):
+        path: str
+        facts: list[str]
+        heading: str
+
+    @event(MemoryFlushed)
     def flush_memory(self, path: str, facts: list[str], heading: str) -> None:
         """Before a compaction, durable ``facts`` from the part it summarizes were
         appended to the memory file ``path`` under ``heading`` (only when there were
         any)."""
 
-    @event("CompactionFailed")
+    class CompactionFailed(Aggregate.Event):
+        error: str
+        cost_usd: float
+
+    @event(CompactionFailed)
     def fail_compaction(self, error: str, cost_usd: float) -> None:
         """A compaction could not be made (``error``); the history stays whole and the
         turn goes on. What its calls cost still counts."""
         self.cost_usd += cost_usd
 
-    @event("SystemPromptSet")
+    class SystemPromptSet(Aggregate.Event):
+        text: str
+
+    @event(SystemPromptSet)
     def set_system_prompt(self, text: str) -> None:
         """Model calls from now on use ``text`` (assembled from the workspace; recorded
         when it changes, so a replay knows every context without the files)."""
         self.system_prompt = text
 
-    @event("ToolsLoaded")
+    class ToolsLoaded(Aggregate.Event):
+        groups: list[str]
+        reason: str
+
+    @event(ToolsLoaded)
     def load_tools(self, groups: list[str], reason: str) -> None:
         """These tool groups' definitions are sent from now on (asked for with
         ``load_tools``, or a tool of the group was used by name)."""
@@ -294,36 +384,67 @@ class Session(Aggregate):
             if group not in self.loaded_groups:
                 self.loaded_groups.append(group)
 
-    @event("ModeChanged")
+    class ModeChanged(Aggregate.Event):
+        mode: str
+        auto_approve: list[str]
+        reason: str
+
+    @event(ModeChanged)
     def change_mode(self, mode: str, auto_approve: list[str], reason: str) -> None:
         """The session works in ``mode`` from now on; ``auto_approve`` lists the tools
         whose escalations its mode answers (``auto`` only)."""
         self.mode = mode
         self.auto_approve = list(auto_approve)
 
-    @event("PlanProposed")
+    class PlanProposed(Aggregate.Event):
+        plan: str
+        source: str
+        call_id: str
+        plan_file: str
+
+    @event(PlanProposed)
     def propose_plan(self, plan: str, source: str, call_id: str, plan_file: str) -> None:
         """The plan put to the chat for review, and where its text came from (the plan
         file, what was written to it, the streamed reply or a fallback line)."""
         self.plan = plan
 
-    @event("PlanReviewed")
+    class PlanReviewed(Aggregate.Event):
+        choice: str
+        feedback: str
+        by: str
+
+    @event(PlanReviewed)
     def review_plan(self, choice: str, feedback: str, by: str) -> None:
         """The chat's answer: proceed, clean_proceed, adjust, or cancelled/expired."""
 
-    @event("FilesSnapshotted")
+    class FilesSnapshotted(Aggregate.Event):
+        call_id: str
+        snapshot_id: str
+        folder: str
+        paths: list[str]
+
+    @event(FilesSnapshotted)
     def record_snapshot(self, call_id: str, snapshot_id: str, folder: str,
                         paths: list[str]) -> None:
         """Copies of ``paths`` were taken before call ``call_id`` changed them."""
         self.snapshots.append((snapshot_id, folder))
 
-    @event("FilesRestored")
+    class FilesRestored(Aggregate.Event):
+        snapshot_ids: list[str]
+        to_version: int
+        paths: list[str]
+
+    @event(FilesRestored)
     def record_restore(self, snapshot_ids: list[str], to_version: int,
                        paths: list[str]) -> None:
         """``tether undo`` put ``paths`` back as they were (snapshots newest first)."""
         self.snapshots = [s for s in self.snapshots if s[0] not in snapshot_ids]
 
-    @event("ToolCallRefused")
+    class ToolCallRefused(Aggregate.Event):
+        call_id: str
+        reason: str
+
+    @event(ToolCallRefused)
     def refuse_tool_call(self, call_id: str, reason: str) -> None:
         self._add_tool_result(ToolResultBlock(call_id, f"refused: {reason}", True))
 
@@ -366,7 +487,11 @@ class Session(Aggregate):
         self.history.append(Turn("user", [TextBlock(reminder)]))
         self._note_fired(rules)
 
-    @event("TtsrReminderAdded")
+    class TtsrReminderAdded(Aggregate.Event):
+        rules: list[str]
+        reminder: str
+
+    @event(TtsrReminderAdded)
     def add_ttsr_reminder(self, rules: list[str], reminder: str) -> None:
         """A reminder for rules that did not abort the stream, added after the turn."""
         self.history.append(Turn("user", [TextBlock(reminder)]))
@@ -377,7 +502,11 @@ class Session(Aggregate):
             if name not in self.fired_rules:
                 self.fired_rules.append(name)
 
-    @event("StatusChanged")
+    class StatusChanged(Aggregate.Event):
+        status: str
+        reason: str
+
+    @event(StatusChanged)
     def change_status(self, status: str, reason: str) -> None:
         self.status = LEGACY_STATUSES.get(status, status)
         if self.status in FINISHED:
@@ -385,18 +514,31 @@ class Session(Aggregate):
         if status == "killed":
             self.queued.clear()  # a kill drops what was waiting (the events keep it)
 
-    @event("WaitingForInput")
+    class WaitingForInput(Aggregate.Event):
+        reason: str
+
+    @event(WaitingForInput)
     def signal_waiting(self, reason: str) -> None:
         """The session waits for the user: its turn ended, or nothing has happened for a
         while (the safety net)."""
         self.waiting = True
 
-    @event("BudgetExhausted")
+    class BudgetExhausted(Aggregate.Event):
+        cost_usd: float
+        budget_usd: float
+
+    @event(BudgetExhausted)
     def exhaust_budget(self, cost_usd: float, budget_usd: float) -> None:
         """The session spent more than its budget; it fails."""
         self.budget_exhausted = True
 
-    @event("Forked")
+    class Forked(Aggregate.Event):
+        source_id: str
+        at_version: int
+        history: list[Turn]
+        fired_rules: list[str]
+
+    @event(Forked)
     def fork_from(self, source_id: str, at_version: int, history: list[Turn],
                   fired_rules: list[str]) -> None:
         """This session starts as a copy of ``source_id`` up to event ``at_version``."""
@@ -404,7 +546,13 @@ class Session(Aggregate):
         self.history = [t.copy() for t in history]
         self.fired_rules = list(fired_rules)
 
-    @event("GenerationStarted")
+    class GenerationStarted(Aggregate.Event):
+        n: int
+        tools: bool
+        max_tool_iterations: int
+        user: str
+
+    @event(GenerationStarted)
     def start_generation(self, n: int, tools: bool, max_tool_iterations: int,
                          user: str) -> None:
         """A turn starts with no new user message: the model answers the history as it
@@ -412,32 +560,55 @@ class Session(Aggregate):
         self.in_turn = True
         self.waiting = False
 
-    @event("AlternativeGenerated")
+    class AlternativeGenerated(Aggregate.Event):
+        content: list[ContentBlock]
+        stop_reason: str
+        usage: Usage
+        node_id: str
+
+    @event(AlternativeGenerated)
     def add_alternative(self, content: list[ContentBlock], stop_reason: str, usage: Usage,
                         node_id: str) -> None:
         """Another completion of the same request, kept as its own branch of the tree
         (``node_id``) and not in the history; its tokens count."""
         self._count_tokens(usage)
 
-    @event("AlternativeDropped")
+    class AlternativeDropped(Aggregate.Event):
+        rules: list[str]
+
+    @event(AlternativeDropped)
     def drop_alternative(self, rules: list[str]) -> None:
         """Another completion broke ``rules`` while it streamed and was dropped (never in
         the tree or the history). Recorded so the next completion is a generation of its
         own: nothing of the dropped stream can be taken for it."""
 
-    @event("StreamUnchecked")
+    class StreamUnchecked(Aggregate.Event):
+        attempt: int
+
+    @event(StreamUnchecked)
     def record_unchecked_stream(self, attempt: int) -> None:
         """The rule monitor did not see the whole stream of a reply (it restarted, or a
         delta was lost), so the reply was neither stored nor run, and the model is asked
         again (``attempt``, from 1) as a generation of its own."""
 
-    @event("MovedTo")
+    class MovedTo(Aggregate.Event):
+        node_id: str
+        history: list[Turn]
+        reason: str
+
+    @event(MovedTo)
     def move_to(self, node_id: str, history: list[Turn], reason: str) -> None:
         """The session now stands at ``node_id`` of its tree (``tether branch`` or
         ``edit``): its history is the path to it, recorded whole so a replay needs no tree."""
         self.history = [t.copy() for t in history]
 
-    @event("TurnCompleted")
+    class TurnCompleted(Aggregate.Event):
+        rounds: int
+        usage: Usage
+        cost_usd: float
+        stop: str
+
+    @event(TurnCompleted)
     def complete_turn(self, rounds: int, usage: Usage, cost_usd: float, stop: str) -> None:
         self.turns += 1
         self.completed_turns += 1
@@ -463,7 +634,10 @@ class Session(Aggregate):
         self.in_turn = False
         self.turn_usage = Usage(0, 0)
 
-    @event("ActorFailed")
+    class ActorFailed(Aggregate.Event):
+        error: str
+
+    @event(ActorFailed)
     def record_actor_failure(self, error: str) -> None:
         self.failures += 1
 

@@ -27,14 +27,22 @@ class ActorLog(Aggregate):
     def create_id(process: str, actor: str, **_: Any) -> uuid.UUID:
         return actorlog_uuid(process, actor)
 
-    @event("Opened")
+    class Opened(Aggregate.Created):
+        process: str
+        actor: str
+
+    @event(Opened)
     def __init__(self, process: str, actor: str):
         self.process = process
         self.actor = actor
         self.failures = 0
         self.stopped = False
 
-    @event("ActorFailed")
+    class ActorFailed(Aggregate.Event):
+        error: str
+        restarted: bool
+
+    @event(ActorFailed)
     def record_failure(self, error: str, restarted: bool) -> None:
         self.failures += 1
         self.stopped = not restarted

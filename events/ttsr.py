@@ -40,7 +40,10 @@ class RuleLog(Aggregate):
     def create_id(session_id: str, **_: Any) -> uuid.UUID:
         return rulelog_uuid(session_id)
 
-    @event("Started")
+    class Started(Aggregate.Created):
+        session_id: str
+
+    @event(Started)
     def __init__(self, session_id: str):
         self.session_id = session_id
         self.fired: list[str] = []
@@ -48,7 +51,10 @@ class RuleLog(Aggregate):
         self.sources: list[RuleSource] = []
         """The rule files in force, as last recorded (in loading order)."""
 
-    @event("RulesLoaded")
+    class RulesLoaded(Aggregate.Event):
+        sources: list[RuleSource]
+
+    @event(RulesLoaded)
     def record_rules(self, sources: list[RuleSource]) -> None:
         """The monitor loaded these rule files (the first time, or they changed)."""
         self.sources = list(sources)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -127,8 +128,56 @@ class AuditIndex(TrackedView):
                    "kind": e_.kind, "reason": e_.reason, "size": e_.size,
                    "excerpt": e_.excerpt, "at": _stamp(e_)}
             return [Change(REFUSALS.name, (position,), lambda _current: row)]
-        if not isinstance(event, Session.Event):
+        if not isinstance(event, Session.Event) or isinstance(event, Session.Created):
             return []
+        sid = self.app.session_id_of(event) or ""
+        at = _stamp(event)
+        match event:
+            case Session.UserMessageReceived():
+                asker = {"session_id": sid, "user_name": event.user, "channel": event.channel}
+                return [Change(ASKERS.name, (sid,), lambda _row: asker)]
+            case Session.ToolCallProposed():
+                return [Change(CALLS.name, (sid, event.call_id),
+                               self._proposed(event, sid, at, position))]
+            case Session.ToolCallDecided():
+                approver = "user" if event.tier == "human" else event.tier
+                return [Change(CALLS.name, (sid, event.call_id), _set(
+                    verdict=event.decision, tier=event.tier, reason=event.reason,
+                    approver=approver, decided_at=at))]
+            case Session.ToolCallStarted():
+                described = (event.sandbox.describe() if event.sandbox is not None
+                             else "no process")
+                row = {"session_id": sid, "call_id": event.call_id, "sandbox": described}
+                return [Change(CALLS.name, (sid, event.call_id), _set(outcome="running")),
+                        Change(CONTAINMENT.name, (sid, event.call_id), lambda _row: row)]
+            case Session.ToolCallInterrupted():
+                return [Change(CALLS.name, (sid, event.call_id), _set(
+                    outcome="interrupted (outcome unknown)", finished_at=at))]
+            case Session.ToolCallExecuted():
+                outcome = "failed" if event.is_error else "executed"
+                return [Change(CALLS.name, (sid, event.call_id),
+                               _set(outcome=outcome, finished_at=at))]
+            case Session.ToolCallRefused():
+                return [Change(CALLS.name, (sid, event.call_id),
+                               _set(outcome="refused", finished_at=at))]
+        return []
+
+    def _proposed(self, event: Session.ToolCallProposed, sid: str, at: str,
+                  position: int) -> Callable[[Row | None], Row]:
+        """The call's row as proposed, naming who asked for the session's turn."""
+        asked = self.recorder_row(ASKERS.name, (sid,)) or {}
+
+        def propose(current: Row | None) -> Row:
+            return {
+                "session_id": sid, "call_id": event.call_id,
+                "user_name": asked.get("user_name", ""), "channel": asked.get("channel", ""),
+                "tool": event.tool, "input_summary": summarize(event.tool_input),
+                "action_hash": event.action_hash, "verdict": "", "tier": "", "reason": "",
+                "approver": "", "outcome": "pending", "proposed_at": at,
+                "decided_at": "", "finished_at": "", "position": position,
+            }
+
+        return propose
         name = type(event).__name__
         e: Any = event
         if name == "Created":

@@ -55,9 +55,9 @@ class InjectionRecords(TrackedView):
     TABLES = (INJECTIONS,)
 
     def changes(self, event: Any, position: int) -> list[Change]:
-        if not isinstance(event, RuleLog.Event) or type(event).__name__ != "TtsrTriggered":
+        if not isinstance(event, RuleLog.TtsrTriggered):
             return []
-        domain_event: Any = event
+        domain_event = event
         session_id = self.app.session_id_of(domain_event) or ""
         stamp = domain_event.timestamp
         at = stamp.astimezone(dt.UTC).isoformat() if isinstance(stamp, dt.datetime) else ""

@@ -98,14 +98,14 @@ TOP = Table(
 )
 """One row (slot 0): the most expensive session."""
 
-COSTING = frozenset({"TurnCompleted", "TurnFailed", "TitleSet", "HistoryCompacted",
-                     "CompactionFailed"})
+COSTING = (Session.TurnCompleted, Session.TurnFailed, Session.TitleSet,
+           Session.HistoryCompacted, Session.CompactionFailed)
 """Session events with a ``cost_usd``: turns (completed or failed), the title call and
 compactions (made or failed: their summary and memory calls), each counted as
 ``events.session.Session`` adds it to the session's cost."""
 
-SESSION_EVENTS = frozenset({"Created", "UserMessageReceived", "Forked", "StatusChanged"}
-                           | COSTING)
+SESSION_EVENTS = (Session.Created, Session.UserMessageReceived, Session.Forked,
+                  Session.StatusChanged, *COSTING)
 """The Session events that change a session's facts."""
 
 
@@ -206,22 +206,21 @@ def _first_user_text(history: list[Any]) -> str:
 
 def apply_session_event(facts: SessionFacts | None, event: Any) -> SessionFacts | None:
     """The session's facts after ``event`` (a Session domain event); None before Created."""
-    kind = type(event).__name__ if isinstance(event, Session.Event) else ""
-    if kind == "Created":
+    if isinstance(event, Session.Created):
         return SessionFacts(session_id=event.session_id, name=event.name, status="starting",
                             created_at=utc_stamp(event.timestamp), finished_at="",
                             cost_usd=0.0, first_prompt="")
     if facts is None:
         return None
-    if kind == "UserMessageReceived" and not facts.first_prompt:
+    if isinstance(event, Session.UserMessageReceived) and not facts.first_prompt:
         return msgspec.structs.replace(facts, first_prompt=clip(event.text))
-    if kind == "Forked" and not facts.first_prompt:
+    if isinstance(event, Session.Forked) and not facts.first_prompt:
         return msgspec.structs.replace(facts, first_prompt=clip(_first_user_text(event.history)))
-    if kind == "StatusChanged":
+    if isinstance(event, Session.StatusChanged):
         status = LEGACY_STATUSES.get(event.status, event.status)
         finished_at = utc_stamp(event.timestamp) if status in FINISHED else ""
         return msgspec.structs.replace(facts, status=status, finished_at=finished_at)
-    if kind in COSTING:
+    if isinstance(event, COSTING):
         return msgspec.structs.replace(facts, cost_usd=facts.cost_usd + event.cost_usd)
     return facts
 
@@ -338,23 +337,20 @@ class MetricsView(TrackedView):
               FINISH_BUCKETS)
 
     def changes(self, domain_event: Any, position: int) -> list[Change]:
-        event: Any = domain_event  # the Session's and RuleLog's events are made by @event
-        kind = type(event).__name__
-        if isinstance(domain_event, RuleLog.Event):
-            if kind != "TtsrTriggered":
-                return []
-            return [Change(BY_RULE.name, (rule,), _add({"rule": rule}, "triggers", lambda: 1))
-                    for rule in event.rules]
-        if not isinstance(domain_event, Session.Event):
-            return []
-        if kind == "ToolCallDecided":
-            return self._decision(event)
-        if kind not in SESSION_EVENTS:
-            return []
-        return self._session(event, kind)
+        match domain_event:
+            case RuleLog.TtsrTriggered():
+                return [Change(BY_RULE.name, (rule,),
+                               _add({"rule": rule}, "triggers", lambda: 1))
+                        for rule in domain_event.rules]
+            case Session.ToolCallDecided():
+                return self._decision(domain_event)
+            case Session.Event() if isinstance(domain_event, SESSION_EVENTS):
+                return self._session(domain_event)
+        return []
 
-    def _session(self, event: Any, kind: str) -> list[Change]:
-        sid = event.session_id if kind == "Created" else self.app.session_id_of(event)
+    def _session(self, event: Any) -> list[Change]:
+        created = isinstance(event, Session.Created)
+        sid = event.session_id if created else self.app.session_id_of(event)
         if sid is None:
             return []
         step = _Step()
@@ -377,10 +373,10 @@ class MetricsView(TrackedView):
             return {"slot": 0, **msgspec.structs.asdict(new)}
 
         changes = [Change(SESSIONS.name, (sid,), facts)]
-        if kind == "Created":
+        if created:
             changes.append(Change(TOTALS.name, ("launched",),
                                   _add({"name": "launched"}, "value", lambda: 1)))
-        if kind in COSTING:
+        if isinstance(event, COSTING):
             cost = float(event.cost_usd)
             day = utc_day(event.timestamp)
             changes += [
@@ -389,7 +385,7 @@ class MetricsView(TrackedView):
                 Change(COST_BY_DAY.name, (day,), _add({"day": day}, "cost_usd", lambda: cost)),
                 Change(TOP.name, (0,), top),
             ]
-        if kind in ("Created", "StatusChanged"):
+        if created or isinstance(event, Session.StatusChanged):
             changes += [
                 Change(BY_STATUS.name, (label,),
                        _add({"status": label}, "sessions", _status_delta(step, label)))

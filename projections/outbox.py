@@ -44,18 +44,16 @@ class Outbox(TrackedView):
     TABLES = (OUTBOX,)
 
     def changes(self, domain_event: Any, position: int) -> list[Change]:
-        if isinstance(domain_event, Deliveries.Event) and (
-                type(domain_event).__name__ == "Delivered"):
+        if isinstance(domain_event, Deliveries.Delivered):
             def mark(row: Row | None) -> Row | None:
                 return {**row, "delivered": 1} if row is not None else None
-            notice: str = getattr(domain_event, "notice", "")
-            return [Change(OUTBOX.name, (notice,), mark)]
+            return [Change(OUTBOX.name, (domain_event.notice,), mark)]
         if not isinstance(domain_event, Session.Event):
             return []
         session_id = self.app.session_id_of(domain_event)
         if session_id is None:
             return []
-        try:
+        try:  # notices are planned from the event as the bus sees it: its name and data
             planned = plan_notices(type(domain_event).__name__, event_data(domain_event))
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             log.warning("outbox: no notice for %s at %d: %r", domain_event, position, exc)

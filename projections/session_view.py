@@ -18,9 +18,6 @@ from projections.tables import Change, Row, Table
 from projections.view import TrackedView
 
 ROW_FIELDS = tuple(SessionSummary.__struct_fields__)
-EXTRA_COSTS = frozenset({"TitleSet", "HistoryCompacted", "CompactionFailed"})
-"""Session events whose ``cost_usd`` counts with the session but is not a turn: the title
-call and compactions (made or failed), as ``events.session.Session`` counts them."""
 
 SESSIONS = Table(
     "session_view",
@@ -33,18 +30,12 @@ SESSIONS = Table(
 )
 
 
-def session_event_name(event: Any) -> str:
-    """The event's name (``Created``, ``TurnCompleted``...) if it is a Session event, else ""."""
-    if not isinstance(event, Session.Event):
-        return ""
-    return type(event).__name__
-
-
 def apply_event(row: SessionSummary | None, event: Any) -> SessionSummary | None:
     """The session row after ``event`` (a Session domain event); None if no row yet."""
+    if not isinstance(event, Session.Event):
+        return row
     stamp = _stamp(getattr(event, "timestamp", None))
-    kind = session_event_name(event)
-    if kind == "Created":
+    if isinstance(event, Session.Created):
         return SessionSummary(
             session_id=event.session_id,
             name=event.name,
@@ -58,24 +49,21 @@ def apply_event(row: SessionSummary | None, event: Any) -> SessionSummary | None
     if row is None:
         return None
     row = msgspec.structs.replace(row, last_activity=stamp or row.last_activity)
-    if kind == "StatusChanged":
-        return msgspec.structs.replace(
-            row, status=LEGACY_STATUSES.get(event.status, event.status))
-    if kind == "AssistantMessageAppended":
-        return msgspec.structs.replace(
-            row,
-            input_tokens=row.input_tokens + event.usage.input_tokens,
-            output_tokens=row.output_tokens + event.usage.output_tokens,
-        )
-    if kind == "TurnCompleted":
-        return msgspec.structs.replace(
-            row, turns=row.turns + 1, cost_usd=row.cost_usd + event.cost_usd
-        )
-    if kind in EXTRA_COSTS:
-        return msgspec.structs.replace(row, cost_usd=row.cost_usd + event.cost_usd)
-    if kind == "TurnFailed":
-        return msgspec.structs.replace(row, turns=row.turns + 1,
-                                       cost_usd=row.cost_usd + getattr(event, "cost_usd", 0.0))
+    match event:
+        case Session.StatusChanged():
+            return msgspec.structs.replace(
+                row, status=LEGACY_STATUSES.get(event.status, event.status))
+        case Session.AssistantMessageAppended():
+            return msgspec.structs.replace(
+                row,
+                input_tokens=row.input_tokens + event.usage.input_tokens,
+                output_tokens=row.output_tokens + event.usage.output_tokens,
+            )
+        case Session.TurnCompleted() | Session.TurnFailed():
+            return msgspec.structs.replace(
+                row, turns=row.turns + 1, cost_usd=row.cost_usd + event.cost_usd)
+        case Session.TitleSet() | Session.HistoryCompacted() | Session.CompactionFailed():
+            return msgspec.structs.replace(row, cost_usd=row.cost_usd + event.cost_usd)
     return row
 
 
