@@ -35,16 +35,8 @@ from adapters.tools.schemas import (
     DEFINITIONS,
     TOOL_GROUP_DESCRIPTIONS,
     TOOL_GROUPS,
+    TOOLS,
     CurrentDateInput,
-    EditFileInput,
-    GitDiffInput,
-    GitStatusInput,
-    GlobInput,
-    GrepInput,
-    ListDirInput,
-    ReadFileInput,
-    RunShellInput,
-    WriteFileInput,
 )
 from adapters.tools.search import SearchTools
 from adapters.tools.shell import NO_SANDBOX, ShellTools, Unconfined
@@ -106,25 +98,23 @@ class BuiltinTools(FileTools, SearchTools, ShellTools):
         self.local_zone = local_zone
         self.sandbox = sandbox
         # Only the process tools use the call's grant; the others run the same for all.
-        plain: dict[str, tuple[type[msgspec.Struct], Callable[[Any, str], ToolOutput]]] = {
-            "read_file": (ReadFileInput, self._read_file),
-            "list_dir": (ListDirInput, self._list_dir),
-            "glob": (GlobInput, self._glob),
-            "grep": (GrepInput, self._grep),
-            "current_date": (CurrentDateInput, self._current_date),
-        }
-        self._tools: dict[str, tuple[type[msgspec.Struct], _Run]] = {
-            name: (kind, _ignoring_grant(run)) for name, (kind, run) in plain.items()
-        }
-        self._tools.update({
+        runs: dict[str, _Run] = {
+            "read_file": _ignoring_grant(self._read_file),
+            "list_dir": _ignoring_grant(self._list_dir),
+            "glob": _ignoring_grant(self._glob),
+            "grep": _ignoring_grant(self._grep),
+            "current_date": _ignoring_grant(self._current_date),
             # A write lands on the path the gatekeeper judged, or nowhere (a link swapped in
             # since the judgement is not followed).
-            "write_file": (WriteFileInput, lambda a, w, g: self._write_file(a, w, _judged(g))),
-            "edit_file": (EditFileInput, lambda a, w, g: self._edit_file(a, w, _judged(g))),
-            "run_shell": (RunShellInput, self._run_shell),
-            "git_status": (GitStatusInput, self._git_status),
-            "git_diff": (GitDiffInput, self._git_diff),
-        })
+            "write_file": lambda a, w, g: self._write_file(a, w, _judged(g)),
+            "edit_file": lambda a, w, g: self._edit_file(a, w, _judged(g)),
+            "run_shell": self._run_shell,
+            "git_status": self._git_status,
+            "git_diff": self._git_diff,
+        }
+        self._tools: dict[str, tuple[type[msgspec.Struct], _Run]] = {
+            tool.name: (tool.input, runs[tool.name]) for tool in TOOLS}
+        """Each tool of the registry, with its input type and what runs it."""
 
     def groups(self) -> dict[str, str]:
         """Each group of :data:`TOOL_GROUPS`: what it does and its tools."""

@@ -15,7 +15,7 @@ import pytest
 
 from actors.ports import ToolExecutor, ToolOutput
 from adapters.sandbox import Sandbox
-from adapters.tools import TOOL_GROUP_DESCRIPTIONS, TOOL_GROUPS, BuiltinTools
+from adapters.tools import TOOL_GROUP_DESCRIPTIONS, TOOL_GROUPS, TOOLS, BuiltinTools
 from tests.helpers import need_sandbox
 
 
@@ -867,3 +867,23 @@ def test_grep_finds_what_only_a_line_by_line_search_would(tools: BuiltinTools, w
         "lines.txt:2:start b")
     assert tools.execute("grep", {"pattern": "\\Astart"}, str(ws)).content == (
         "lines.txt:2:start b")
+
+
+def test_the_schemas_sent_are_made_from_the_inputs_the_tools_accept(tmp_path: Path) -> None:
+    tools = BuiltinTools()
+    sent = {d["name"]: d["input_schema"] for d in tools.definitions()}
+    assert list(sent) == [t.name for t in TOOLS]
+    for tool in TOOLS:
+        schema = sent[tool.name]
+        fields = tool.input.__struct_fields__
+        defaulted = fields[len(fields) - len(tool.input.__struct_defaults__):]
+        assert list(schema["properties"]) == list(fields), tool.name
+        assert schema.get("required", []) == [f for f in fields if f not in defaulted]
+        assert schema["additionalProperties"] is False
+        assert all(p.get("description") for p in schema["properties"].values()), tool.name
+        refused = tools.execute(tool.name, {"no_such_field": 1}, str(tmp_path))
+        assert refused.is_error and "invalid input" in refused.content
+    assert sent["read_file"]["properties"]["offset"] == {
+        "type": "integer", "minimum": 0,
+        "description": "Number of lines to skip from the start (default 0)."}
+    assert sent["grep"]["properties"]["glob"]["type"] == "string"  # optional: not nullable
