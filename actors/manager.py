@@ -54,6 +54,7 @@ from events.messages import (
     TextBlock,
     TreeCommand,
     TreeQuery,
+    UndoFiles,
     UserMessage,
 )
 from events.session import Session, Turn
@@ -158,7 +159,8 @@ class SessionManagerActor(TetherActor):
             self._on_kill(message, envelope)
         elif isinstance(message, ForkSession):
             self._on_fork(message, envelope)
-        elif isinstance(message, TreeQuery | BranchTo | EditNode | Generate | TreeCommand):
+        elif isinstance(message, TreeQuery | BranchTo | EditNode | Generate | TreeCommand
+                        | UndoFiles):
             self._forward(message, envelope)
         elif isinstance(message, AskResult):
             self._on_killed(message)
@@ -214,7 +216,8 @@ class SessionManagerActor(TetherActor):
                                          self.limits.approvers):
             return message  # an unknown session is answered as such further on
         what = {"KillSession": "kill", "ForkSession": "fork",
-                "TreeQuery": "read the conversation of"}.get(
+                "TreeQuery": "read the conversation of",
+                "UndoFiles": "undo the file changes of"}.get(
             type(message).__name__, "change the conversation of")
         reason = refusal_reason(principal, what, session.name)
         log.warning("manager: %s", reason)
@@ -276,8 +279,8 @@ class SessionManagerActor(TetherActor):
         # The session answers the original requester (Accepted) once the message is stored.
         self.send(self.subjects.session(sid), forwarded, reply=envelope.reply if envelope else "")
 
-    def _forward(self, message: TreeQuery | BranchTo | EditNode | Generate | TreeCommand,
-                 envelope: Envelope | None) -> None:
+    def _forward(self, message: TreeQuery | BranchTo | EditNode | Generate | TreeCommand
+                 | UndoFiles, envelope: Envelope | None) -> None:
         """A request for one session (its tree, a branch, an edit, a generation), to its
         actor, started first when it is not live; the session answers the requester.
         Generating in a finished session resumes it, so it needs room like a message."""

@@ -189,6 +189,11 @@ class Snapshots(Protocol):
 
     def take(self, session_id: str, snapshot_id: str, paths: list[str]) -> Snapshot: ...
 
+    def read(self, folder: str) -> Snapshot:
+        """The snapshot taken into ``folder``; ``OSError`` or ``ValueError`` when it
+        cannot be read."""
+        ...
+
     def restore(self, snapshot: Snapshot) -> list[str]: ...
 
 

@@ -99,6 +99,7 @@ from actors.prompt import (
 from actors.redact import Redactor, StreamRedactor
 from actors.runtime import ActorSystem, AskResult, Envelope, TetherActor
 from actors.titles import clean_title, exchange_messages, title_request, wants_title
+from actors.undo import UndoError, undo_files
 from events.application import TetherApplication
 from events.forest import Forest, ForestError
 from events.inbox import RefusedMessage
@@ -148,6 +149,8 @@ from events.messages import (
     TreeCommand,
     TreeQuery,
     TreeView,
+    UndoFiles,
+    Undone,
     Usage,
     UserMessage,
     Verdict,
@@ -489,6 +492,8 @@ class SessionActor(TetherActor):
             self.reply(envelope, self._move(message))
         elif isinstance(message, TreeCommand):
             self.reply(envelope, self._change_tree(message))
+        elif isinstance(message, UndoFiles):
+            self.reply(envelope, self._undo(message))
         elif isinstance(message, Generate):
             self._on_generate(message, envelope)
         elif isinstance(message, KillSession):
@@ -520,7 +525,6 @@ class SessionActor(TetherActor):
                 user=message.user))
             self.reply(envelope, accepted)
             return
-        self._refresh()
         self.last_input = self.clock.now()
         if self.session.budget_exhausted:
             text = (f"session {self.session.name} spent ${self.session.cost_usd:.4f} of its "
@@ -556,16 +560,9 @@ class SessionActor(TetherActor):
         self.send(self.subjects.channel_out(message.channel),
                   ChannelMessage(session_id=self.session_id, kind="error", text=reason))
 
-    def _refresh(self) -> None:
-        """Between turns others may append to the session (``tether undo``): take their
-        events before recording more, so nothing is overwritten."""
-        if self.phase == "idle":
-            self.session = self.app.catch_up(self.session)
-
     def _run_command(self, command: Command, message: UserMessage) -> None:
         """Handle a chat command: never stored as a user message, never sent to the model;
         what it did is recorded and told to the channel."""
-        self._refresh()
         name, result = command.name, ""
         if name == "status":
             result = status_text(self.session)
@@ -873,9 +870,23 @@ class SessionActor(TetherActor):
         if self.phase != "idle" or self.session.queued:
             return ErrorReply(error="busy", reason="a turn is running; try again when it "
                               "is done (or /stop it)")
-        self._refresh()
         self._sync_tree(publish=False)
         return None
+
+    def _undo(self, message: UndoFiles) -> Undone | ErrorReply:
+        """``tether undo``: put files back from the snapshots of this session's calls,
+        recorded on the session by its actor like every other change. Only between turns."""
+        if self.phase != "idle" or self.session.queued:
+            return ErrorReply(error="busy", reason=f"session {self.session.name} is in the "
+                              "middle of a turn; undo it when it waits")
+        if self.snapshot_store is None:
+            return ErrorReply(error="undo", reason="this engine takes no snapshots")
+        try:
+            restored = undo_files(self.session, self.app.session_events(self.session_id),
+                                  message.to_version, self.snapshot_store, self.app.save)
+        except UndoError as exc:
+            return ErrorReply(error="undo", reason=str(exc))
+        return Undone(session_id=self.session_id, restored=restored)
 
     def _move(self, message: BranchTo | EditNode) -> Branched | ErrorReply:
         """Branch (or edit, then branch) to a node of the tree: the session's history
@@ -953,7 +964,6 @@ class SessionActor(TetherActor):
     def _on_generate(self, message: Generate, envelope: Envelope | None) -> None:
         """Answer the history as it stands, with no new user message (refused with a
         reason when the session is busy or the request cannot be served)."""
-        self._refresh()
         history = self.session.history
         why = ""
         if self.phase != "idle" or self.session.queued:
@@ -1620,7 +1630,6 @@ class SessionActor(TetherActor):
         if done.error or not title:
             log.info("session %s: no title (%s)", self.session_id, done.error or "empty")
             return
-        self._refresh()
         if not self.session.title:
             self.session.set_title(title=title, cost_usd=cost_usd(self.config.model,
                                                                     done.usage))
@@ -1714,7 +1723,6 @@ class SessionActor(TetherActor):
                       CancelInteractions(session_id=self.session_id, reason=reason))
 
     def _kill(self, reason: str) -> None:
-        self._refresh()
         in_turn = self.phase != "idle"
         self._cancel_interactions(reason)
         self._cancel_stream()

@@ -719,61 +719,48 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_undo(args: argparse.Namespace) -> int:
-    from actors.ports import Snapshot
-    from adapters.snapshots import MANIFEST, SnapshotStore
-    from events.session import Session
+    from actors.runtime import RemoteError
+    from actors.undo import UndoError, undo_files
+    from adapters.engine_lock import running_engine
+    from adapters.snapshots import SnapshotStore
+    from events.messages import UndoFiles, Undone
 
-    with _store(args) as (settings, app):
-        sid = _resolve(app, _view(settings, app), args.session)
-        session = app.session(sid)
-        assert session is not None
-        if session.in_turn:
-            raise ConfigError(f"session {sid} is in the middle of a turn; undo it when it waits")
-        events = app.session_events(sid)
-        restored_ids = {i for e in events if isinstance(e, Session.FilesRestored)
-                        for i in e.snapshot_ids}
-        taken = [e for e in events if isinstance(e, Session.FilesSnapshotted)
-                 and e.snapshot_id not in restored_ids]
-        if args.to is not None:
-            chosen = [e for e in taken if e.originator_version > args.to]
-        else:
-            chosen = taken[-1:]
-        if not chosen:
-            print("nothing to undo: no file change recorded"
-                  + (f" after event {args.to}" if args.to is not None else ""))
-            return 0
-        import msgspec
+    settings = _settings(args)
+    if running_engine(settings.state_dir, settings.namespace) is not None:
+        # The session's actor is its one writer: the engine undoes, for its owner only.
+        try:
+            done = _ask_engine(args, UndoFiles(session_id=args.session, to_version=args.to),
+                               Undone, timeout=60.0)
+        except RemoteError as exc:
+            if exc.reply.error in ("busy", "undo"):
+                raise ConfigError(exc.reply.reason) from None
+            raise
+        restored = done.restored
+    else:  # no engine, so no actor: this command is the session's only writer
         from eventsourcing.persistence import IntegrityError
 
-        store = SnapshotStore(os.path.join(settings.state_dir, "snapshots"))
-        snapshots = []
-        for event in reversed(chosen):  # newest first, so the oldest state wins
-            manifest = os.path.join(event.folder, MANIFEST)
+        with _store(args) as (settings, app):
+            sid = _resolve(app, _view(settings, app), args.session)
+            session = app.session(sid)
+            assert session is not None
+            if session.in_turn:
+                raise ConfigError(f"session {sid} is in the middle of a turn; undo it when "
+                                  "it waits")
+            store = SnapshotStore(os.path.join(settings.state_dir, "snapshots"))
             try:
-                with open(manifest, "rb") as fh:
-                    snapshots.append((event, msgspec.json.decode(fh.read(), type=Snapshot)))
-            except (OSError, msgspec.DecodeError) as exc:
-                raise ConfigError(f"the snapshot {manifest} cannot be read ({exc}); "
-                                  "nothing was restored") from None
-        # Event first: the undo is recorded before any file changes; if the session moved
-        # on meanwhile, nothing is touched.
-        session.record_restore(
-            snapshot_ids=[e.snapshot_id for e in chosen],
-            to_version=args.to if args.to is not None else chosen[0].originator_version - 1,
-            paths=list(dict.fromkeys(e.path for _, s in snapshots for e in s.entries)),
-        )
-        try:
-            app.save(session)
-        except IntegrityError:
-            raise ConfigError(f"session {sid} changed while undoing; nothing was restored, "
-                              "try again") from None
-        for event, snapshot in snapshots:
-            store.restore(snapshot)
-            for entry in snapshot.entries:
-                before = f"event {event.originator_version}"
-                print(f"removed {entry.path} (it did not exist before {before})"
-                      if entry.kind == "absent" else
-                      f"restored {entry.path} (as before {before})")
+                restored = undo_files(session, app.session_events(sid), args.to, store,
+                                      app.save)
+            except UndoError as exc:
+                raise ConfigError(str(exc)) from None
+            except IntegrityError:
+                raise ConfigError(f"session {sid} changed while undoing; nothing was "
+                                  "restored, try again") from None
+    if not restored:
+        print("nothing to undo: no file change recorded"
+              + (f" after event {args.to}" if args.to is not None else ""))
+    for path in restored:
+        print(f"removed {path.path} (it did not exist before event {path.before})"
+              if path.removed else f"restored {path.path} (as before event {path.before})")
     return 0
 
 

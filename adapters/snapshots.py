@@ -51,6 +51,16 @@ class SnapshotStore:
         (folder / MANIFEST).write_bytes(msgspec.json.encode(snapshot))
         return snapshot
 
+    def read(self, folder: str) -> Snapshot:
+        """The snapshot taken into ``folder`` (its manifest); ``OSError`` when it cannot
+        be read, ``ValueError`` when it is not a snapshot's."""
+        with open(os.path.join(folder, MANIFEST), "rb") as fh:
+            data = fh.read()
+        try:
+            return msgspec.json.decode(data, type=Snapshot)
+        except msgspec.DecodeError as exc:
+            raise ValueError(f"{os.path.join(folder, MANIFEST)}: {exc}") from None
+
     def restore(self, snapshot: Snapshot) -> list[str]:
         """Put every path back as it was when the snapshot was taken; returns the paths."""
         folder = Path(snapshot.folder)

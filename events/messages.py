@@ -468,6 +468,32 @@ class TreeChanged(Message):
     detail: str
 
 
+class UndoFiles(Message):
+    """Put back the files the session's tool calls changed, from the snapshots taken
+    before each call: those of its last changing call, or with ``to_version`` every change
+    recorded after that event. Only between turns; answered with Undone or ErrorReply."""
+
+    session_id: Token
+    to_version: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    user: str = "user"
+
+
+class RestoredPath(msgspec.Struct, frozen=True):
+    """A path an undo put back: ``removed`` when it did not exist before event ``before``
+    (the event that recorded its snapshot), else restored as it was then."""
+
+    path: str
+    removed: bool
+    before: int
+
+
+class Undone(Message):
+    """What an undo put back (nothing: no file change was recorded after the point)."""
+
+    session_id: str
+    restored: list[RestoredPath]
+
+
 # --- TTSR monitor -----------------------------------------------------------------------
 
 
@@ -701,11 +727,11 @@ InboxMessage = UserMessage
 TreeCommand = SplitNode | DeleteNode | BookmarkNode
 ManagerMessage = (
     ListSessions | KillSession | ForkSession | UserMessage | TreeQuery | BranchTo | EditNode
-    | Generate | TreeCommand
+    | Generate | TreeCommand | UndoFiles
 )
 SessionMessage = (
     UserMessage | Interrupt | KillSession | InteractionSettled | TreeQuery | BranchTo
-    | EditNode | Generate | TreeCommand
+    | EditNode | Generate | TreeCommand | UndoFiles
 )
 MonitorMessage = BarrierCheck
 GatekeeperMessage = ToolProposal

@@ -1,0 +1,65 @@
+"""Undoing a session's file changes from the snapshots taken before its tool calls.
+
+:func:`changes_to_undo` picks the snapshots (pure); :func:`undo_files` reads them, records
+``FilesRestored`` on the session (saved before any file is touched, so a session that moved
+on meanwhile stops the undo), then puts the files back. The session's actor runs it for
+``tether undo`` while an engine runs; the command line runs it itself when none does, being
+then the session's only writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from actors.ports import Snapshot, Snapshots
+from events.messages import RestoredPath
+from events.session import Session
+
+__all__ = ["UndoError", "changes_to_undo", "undo_files"]
+
+
+class UndoError(Exception):
+    """The undo cannot be done (a snapshot cannot be read); nothing was restored."""
+
+
+def changes_to_undo(events: Sequence[Any], to_version: int | None) -> list[Any]:
+    """The ``FilesSnapshotted`` events not restored yet: the last one, or with
+    ``to_version`` every one recorded after that event; oldest first."""
+    restored = {i for e in events if isinstance(e, Session.FilesRestored)
+                for i in e.snapshot_ids}
+    taken = [e for e in events if isinstance(e, Session.FilesSnapshotted)
+             and e.snapshot_id not in restored]
+    if to_version is None:
+        return taken[-1:]
+    return [e for e in taken if e.originator_version > to_version]
+
+
+def undo_files(session: Session, events: Sequence[Any], to_version: int | None,
+               snapshots: Snapshots, save: Callable[[Session], object]) -> list[RestoredPath]:
+    """Undo as :func:`changes_to_undo` picks, on ``session`` (whose stored ``events`` they
+    are); ``save`` stores the session. Returns what was put back, in the order it was;
+    raises :class:`UndoError` before touching anything when a snapshot cannot be read."""
+    chosen = changes_to_undo(events, to_version)
+    if not chosen:
+        return []
+    read: list[tuple[Any, Snapshot]] = []
+    for event in reversed(chosen):  # newest first, so the oldest state wins
+        try:
+            read.append((event, snapshots.read(event.folder)))
+        except (OSError, ValueError) as exc:
+            raise UndoError(f"the snapshot in {event.folder} cannot be read ({exc}); "
+                            "nothing was restored") from None
+    session.record_restore(
+        snapshot_ids=[e.snapshot_id for e in chosen],
+        to_version=to_version if to_version is not None else chosen[0].originator_version - 1,
+        paths=list(dict.fromkeys(entry.path for _, s in read for entry in s.entries)),
+    )
+    save(session)
+    restored: list[RestoredPath] = []
+    for event, snapshot in read:
+        snapshots.restore(snapshot)
+        restored += [RestoredPath(path=entry.path, removed=entry.kind == "absent",
+                                  before=event.originator_version)
+                     for entry in snapshot.entries]
+    return restored
