@@ -1,0 +1,175 @@
+"""The event store and the view recorder, as every backend must keep them.
+
+Each contract is an abstract test class (its name does not start with ``Test``, so pytest
+does not collect it), subclassed once per backend with the fixture that opens it: SQLite,
+PostgreSQL. A new backend passes these before it is trusted, as the eventsourcing library's
+own recorder test cases are meant to be used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from eventsourcing.persistence import IntegrityError, Tracking
+
+from adapters.config import Settings
+from adapters.store import open_application, open_view
+from events.application import TetherApplication
+from events.messages import TextBlock, Usage
+from events.session import Session
+from projections.tables import Change, Row, Table
+from projections.view import APPLICATION, TrackedView
+
+
+def a_session(sid: str = "contract") -> Session:
+    session = Session(session_id=sid, name="contract", workspace="/ws", model="m", channel="c")
+    session.receive_user_message(text="hello", channel="c", user="ana")
+    session.append_assistant_message(content=[TextBlock("hi")], stop_reason="end_turn",
+                                     usage=Usage(3, 1), generation=1)
+    return session
+
+
+class EventStoreContract:
+    """What Tether needs of an event store: typed round trips, optimistic concurrency,
+    notifications in order, listeners told after each save, historical versions."""
+
+    @pytest.fixture
+    def app(self) -> TetherApplication:
+        raise NotImplementedError
+
+    def test_a_saved_aggregate_loads_back_equal_and_typed(self, app: TetherApplication) -> None:
+        session = a_session()
+        app.save(session)
+        loaded = app.session("contract")
+        assert loaded == session and loaded is not session
+        assert isinstance(loaded.history[1].content[0], TextBlock)
+
+    def test_a_stale_copy_cannot_overwrite_newer_events(self, app: TetherApplication) -> None:
+        app.save(a_session())
+        first, second = app.session("contract"), app.session("contract")
+        assert first is not None and second is not None
+        first.change_status(status="running", reason="one writer")
+        app.save(first)
+        second.change_status(status="killed", reason="another writer")
+        with pytest.raises(IntegrityError):
+            app.save(second)
+        stored = app.session("contract")
+        assert stored is not None and stored.status == "running"
+
+    def test_notifications_are_numbered_in_the_order_saved(self, app: TetherApplication) -> None:
+        told: list[int] = []
+        app.add_listener(told.append)
+        for sid in ("a", "b", "c"):
+            app.save(a_session(sid))
+        notes = app.recorder.select_notifications(start=1, limit=100)
+        assert [n.id for n in notes] == sorted(n.id for n in notes)
+        assert len(notes) == 9 and told == [notes[2].id, notes[5].id, notes[8].id]
+        assert app.max_notification_id() == notes[-1].id
+
+    def test_an_earlier_version_is_a_replay_up_to_it(self, app: TetherApplication) -> None:
+        app.save(a_session())
+        early = app.session("contract", version=2)
+        assert early is not None and early.version == 2 and len(early.history) == 1
+        beyond = app.session("contract", version=99)  # past the end: as it stands
+        assert beyond is not None and beyond == app.session("contract")
+        assert app.session("missing") is None
+
+
+COUNTS = Table("counts", (("name", "text"), ("n", "int")), key=("name",))
+
+
+class Counter(TrackedView):
+    """A view of one table: how many events each aggregate kind recorded."""
+
+    NAME = "ContractCounter"
+    TABLES = (COUNTS,)
+
+    def changes(self, domain_event: Any, position: int) -> list[Change]:
+        name = type(domain_event).__qualname__.split(".")[0]
+        return [Change(COUNTS.name, (name,), lambda row: {
+            "name": name, "n": (row["n"] if row else 0) + 1})]
+
+
+class ViewRecorderContract:
+    """What a view recorder must keep: each position applied exactly once, its row changes
+    and its tracking record in one transaction."""
+
+    @pytest.fixture
+    def view(self) -> TrackedView:
+        raise NotImplementedError
+
+    def test_changes_apply_with_their_position_once(self, view: TrackedView) -> None:
+        bump = Change(COUNTS.name, ("x",), lambda row: {"name": "x",
+                                                         "n": (row["n"] if row else 0) + 1})
+        view.recorder.apply([bump, bump], Tracking(APPLICATION, 1))
+        assert view.rows(COUNTS.name) == [{"name": "x", "n": 2}]
+        assert view.position() == 1
+        with pytest.raises(IntegrityError):
+            view.recorder.apply([bump], Tracking(APPLICATION, 1))
+        assert view.rows(COUNTS.name) == [{"name": "x", "n": 2}]
+
+    def test_a_change_that_fails_leaves_neither_rows_nor_position(
+            self, view: TrackedView) -> None:
+        def broken(row: Row | None) -> Row:
+            raise RuntimeError("the change failed")
+
+        good = Change(COUNTS.name, ("y",), lambda row: {"name": "y", "n": 1})
+        with pytest.raises(RuntimeError):
+            view.recorder.apply([good, Change(COUNTS.name, ("z",), broken)],
+                                Tracking(APPLICATION, 7))
+        assert view.rows(COUNTS.name) == [] and view.position() == 0
+
+    def test_consume_applies_each_notification_once(self, view: TrackedView) -> None:
+        view.app.save(a_session())
+        notes = view.app.recorder.select_notifications(start=1, limit=100)
+        view.consume(notes)
+        view.consume(notes)  # again, as a second follower would
+        assert view.rows(COUNTS.name) == [{"name": "Session", "n": 3}]
+        assert view.position() == notes[-1].id
+
+
+class _Backend:
+    """Opens the application and the view on the backend ``url`` names."""
+
+    url: str = ""
+
+    @pytest.fixture
+    def settings(self, make_settings: Callable[..., Settings]) -> Settings:
+        return make_settings(database_url=self.url)
+
+    @pytest.fixture
+    def app(self, settings: Settings) -> Iterator[TetherApplication]:
+        application = open_application(settings)
+        yield application
+        application.close()
+
+    @pytest.fixture
+    def view(self, app: TetherApplication, settings: Settings) -> Iterator[TrackedView]:
+        counter = open_view(Counter, app, settings, "contract")
+        yield counter
+        counter.close()
+
+
+class _PostgresBackend(_Backend):
+    @pytest.fixture
+    def settings(self, make_settings: Callable[..., Settings],
+                 postgres_schema_url: str) -> Settings:
+        return make_settings(database_url=postgres_schema_url)
+
+
+class TestSQLiteEventStore(_Backend, EventStoreContract):
+    pass
+
+
+class TestPostgresEventStore(_PostgresBackend, EventStoreContract):
+    pass
+
+
+class TestSQLiteViewRecorder(_Backend, ViewRecorderContract):
+    pass
+
+
+class TestPostgresViewRecorder(_PostgresBackend, ViewRecorderContract):
+    pass
