@@ -10,7 +10,7 @@ path to a node becomes the history.
 
 A message the tree holds in two parts (a split, or an edit that kept a common prefix)
 comes back as two Turns, the second with ``continues`` set: its text goes on from the
-first's without a break (:func:`actors.context.coalesce` joins them so, and mirroring
+first's without a break (:func:`actors.model.context.coalesce` joins them so, and mirroring
 such a history again finds the same two nodes).
 
 Pure apart from the Forest it is given: the session actor owns the tree, calls these
@@ -62,7 +62,7 @@ class TreeMirror:
         must not count a message that will still change. A count below what is mirrored
         already changes nothing. A continuation Turn is mirrored as a continuation where
         its parent can be continued (:meth:`ForestState.can_continue`), else as a plain
-        message (as :func:`actors.context.coalesce` then sends it)."""
+        message (as :func:`actors.model.context.coalesce` then sends it)."""
         limit = len(history) if complete is None else max(0, min(complete, len(history)))
         if (not self.cursor or history is not self._history or system_prompt != self._prompt
                 or self._count > len(history)):

@@ -28,10 +28,10 @@ import msgspec
 from actors.authority import may_decide, refusal_reason
 from actors.conversation import history_at, resolve_node
 from actors.middleware import Gate, MiddlewareSettings, Refusal
+from actors.model.redact import Redactor
 from actors.naming import name_from_prompt
 from actors.paths import inside
 from actors.ports import Clock, Ids, SystemClock
-from actors.redact import Redactor
 from actors.runtime import ActorHandle, ActorSystem, AskResult, Envelope, TetherActor, Tick
 from actors.session import ForkOf, NewSession, SessionTick
 from events.application import TetherApplication

@@ -37,19 +37,6 @@ from actors.commands import (
     resolve_dir,
     status_text,
 )
-from actors.context import (
-    DEFAULT_SYSTEM_PROMPT,
-    CompactionPlan,
-    build_request,
-    context_window,
-    estimate_history_tokens,
-    memory_request,
-    parse_facts,
-    plan_compaction,
-    summarize_stale_results,
-    summary_request,
-    summary_text,
-)
 from actors.conversation import (
     TreeMirror,
     complete_messages,
@@ -64,7 +51,33 @@ from actors.engine_tools import (
     LOAD_SKILLS,
     LOAD_TOOLS,
 )
-from actors.gatekeeper_policy import action_hash
+from actors.gatekeeper.deny_lists import action_hash
+from actors.model.context import (
+    DEFAULT_SYSTEM_PROMPT,
+    CompactionPlan,
+    build_request,
+    context_window,
+    estimate_history_tokens,
+    memory_request,
+    parse_facts,
+    plan_compaction,
+    summarize_stale_results,
+    summary_request,
+    summary_text,
+)
+from actors.model.pricing import cost_usd
+from actors.model.prompt import (
+    MEMORY_FILE,
+    WorkspaceTexts,
+    append_memory,
+    assemble_system_prompt,
+    load_skills,
+    load_skills_definition,
+    parse_load_skills,
+    read_workspace,
+)
+from actors.model.redact import Redactor, StreamRedactor
+from actors.model.titles import clean_title, exchange_messages, title_request, wants_title
 from actors.modes import plan_file_for
 from actors.ports import (
     Clock,
@@ -85,20 +98,7 @@ from actors.ports import (
     ToolUseStart,
     answer_of,
 )
-from actors.pricing import cost_usd
-from actors.prompt import (
-    MEMORY_FILE,
-    WorkspaceTexts,
-    append_memory,
-    assemble_system_prompt,
-    load_skills,
-    load_skills_definition,
-    parse_load_skills,
-    read_workspace,
-)
-from actors.redact import Redactor, StreamRedactor
 from actors.runtime import ActorSystem, AskResult, Envelope, TetherActor
-from actors.titles import clean_title, exchange_messages, title_request, wants_title
 from actors.undo import UndoError, undo_files
 from events.application import TetherApplication
 from events.forest import Forest, ForestError

@@ -32,9 +32,9 @@ EXIT_USAGE = 2
 def _expected_errors() -> tuple[type[BaseException], ...]:
     from eventsourcing.persistence import PersistenceError
 
+    from actors.gatekeeper.security import PolicyError
     from actors.ports import BusError
     from actors.runtime import AskTimeout, RemoteError
-    from actors.security import PolicyError
     from adapters.engine_lock import EngineRunning
     from adapters.nats_server import NatsServerError
     from events.codec import DecodeFailure
@@ -579,9 +579,9 @@ def _rule_line(rule: Any, engine: str, defaults: Any) -> str:
 
 
 def cmd_rules_list(args: argparse.Namespace) -> int:
-    from actors.ttsr import rule_folders
-    from actors.ttsr_match import StreamMatcher
-    from actors.ttsr_rules import load_rules
+    from actors.ttsr.match import StreamMatcher
+    from actors.ttsr.monitor import rule_folders
+    from actors.ttsr.rules import load_rules
     from adapters.host import user_rules_dir
 
     settings = _settings(args)
@@ -608,8 +608,8 @@ def cmd_rules_list(args: argparse.Namespace) -> int:
 def cmd_rules_check(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from actors.ttsr_match import StreamMatcher
-    from actors.ttsr_rules import parse_rule_file
+    from actors.ttsr.match import StreamMatcher
+    from actors.ttsr.rules import parse_rule_file
 
     settings = _settings(args)
     bad = 0
@@ -626,9 +626,9 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_test(args: argparse.Namespace) -> int:
-    from actors.ttsr import rule_folders
-    from actors.ttsr_rules import load_rules, rules_from_sources
-    from actors.ttsr_whatif import what_if
+    from actors.ttsr.monitor import rule_folders
+    from actors.ttsr.rules import load_rules, rules_from_sources
+    from actors.ttsr.whatif import what_if
     from adapters.host import user_rules_dir
 
     with _store(args) as (settings, app):

@@ -35,11 +35,11 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import msgspec
 
+from actors.chat.router import RouterSettings
+from actors.gatekeeper.security import ProtectionConfig
+from actors.gatekeeper.tier2 import Tier2Settings
 from actors.middleware import MiddlewareSettings
-from actors.router import RouterSettings
-from actors.security import ProtectionConfig
-from actors.tier2 import Tier2Settings
-from actors.ttsr_policy import TtsrSettings
+from actors.ttsr.policy import TtsrSettings
 from events.messages import Mode
 from events.sandbox import SandboxLimits
 

@@ -20,19 +20,19 @@ from urllib.parse import urlsplit
 
 import pykka
 
-from actors.gatekeeper import Containment, GatekeeperActor
-from actors.gatekeeper_policy import Policy
-from actors.interactions import InteractionCoordinatorActor, Tick
+from actors.chat.interactions import InteractionCoordinatorActor, Tick
+from actors.chat.router import NotificationRouterActor, OutboxAdvanced
+from actors.gatekeeper.actor import Containment, GatekeeperActor
+from actors.gatekeeper.deny_lists import DenyLists
+from actors.gatekeeper.security import PipelineConfig, default_policy, load_policy
 from actors.manager import KillAll, SessionLimits, SessionManagerActor
 from actors.middleware import Gate
+from actors.model.redact import Redactor
 from actors.ports import Clock, Ids, Provider, RandomIds, SystemClock, ToolExecutor
-from actors.redact import Redactor
-from actors.router import NotificationRouterActor, OutboxAdvanced
 from actors.runtime import ActorHandle, ActorSystem, Binding
-from actors.security import PipelineConfig, default_policy, load_policy
 from actors.session import NewSession, SessionActor, SessionConfig
-from actors.ttsr import TtsrMonitorActor, rule_folders
-from actors.ttsr_rules import Rule, load_rules
+from actors.ttsr.monitor import TtsrMonitorActor, rule_folders
+from actors.ttsr.rules import Rule, load_rules
 from adapters.config import Settings
 from adapters.engine_lease import EngineLease
 from adapters.engine_lock import EngineLock
@@ -352,7 +352,7 @@ class Host:
             GatekeeperActor,
             [Binding(subjects.gatekeeper, ToolProposal, queue="gatekeeper")],
             app=self.app,
-            policy=Policy.from_settings(policy_settings),
+            policy=DenyLists.from_settings(policy_settings),
             pipeline=self.pipeline,
             clock=self.clock,
             provider=self.provider,

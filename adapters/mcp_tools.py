@@ -69,8 +69,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 from mcp.shared.message import SessionMessage
 
+from actors.gatekeeper.security.action import ReadOnlyTools
 from actors.ports import Grant, ToolExecutor, ToolOutput
-from actors.security.action import ReadOnlyTools
 from adapters.config import McpServer, McpSettings
 from adapters.mcp_stdio import refusal, stdio_parameters
 from adapters.sandbox import Sandbox

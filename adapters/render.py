@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.pricing import cost_usd
+from actors.model.pricing import cost_usd
 from events.messages import SessionSummary, TextBlock, ToolResultBlock, ToolUseBlock
 from events.session import Session
 

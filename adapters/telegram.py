@@ -22,7 +22,7 @@ origin) is understood as well: such a notice comes on channel ``telegram`` with
 
 **What the chat shows.** The connector listens on ``<ns>.channel.*.out`` and keeps its own
 channels. Per chat and session, a reply's ``stream`` text and its ``tool`` start lines
-(``→ list_dir(path=.)``) go through one :class:`actors.chat_stream.ChatStreamer`: the
+(``→ list_dir(path=.)``) go through one :class:`actors.chat.stream.ChatStreamer`: the
 first change is sent at once (``bot.send_message``), later ones are edits
 (``bot.edit_message_text``) at most every ``throttle`` seconds (a tick flushes a held
 change), with the cursor, the tool's status line, the 4000-character split and, at
@@ -90,7 +90,7 @@ from telegram.error import (
     TelegramError,
 )
 
-from actors.chat_stream import (
+from actors.chat.stream import (
     DEFAULT_LIMIT,
     DEFAULT_THROTTLE,
     SEPARATOR,

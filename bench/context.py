@@ -10,7 +10,7 @@ ToolCallProposed, ToolCallDecided, ToolCallExecuted, AssistantMessageAppended,
 TurnCompleted, WaitingForInput): 8 events per 4 messages; the first turn also records
 StatusChanged to ``running``. And, as the actor does before each model call (two per
 turn: after the user's message and after the tool result), whenever
-:func:`actors.context.plan_compaction` says the history fills 70% of the model's context
+:func:`actors.model.context.plan_compaction` says the history fills 70% of the model's context
 budget (the table's 200,000-token window), a HistoryCompacted event replaces the older
 part with a summary (a canned 1,500-character summary stands in for the model's answer:
 the bench measures the context, not the model). See :class:`CompactionCheck` for how the
@@ -18,7 +18,7 @@ check before every call stays cheap while the sessions are built.
 
 Per size (10, 100, 1,000, 10,000 and 30,000 messages; ``--quick``: 10 and 100):
 
-* **build**: :func:`actors.context.build_request` on the in-memory history, as the session
+* **build**: :func:`actors.model.context.build_request` on the in-memory history, as the session
   actor calls it for each model call (stale tool results summarized, neighbours
   coalesced, tokens estimated, ``max_tokens`` clamped). The actor keeps its Session
   aggregate in memory and never re-reads its history from the store per turn.
@@ -65,7 +65,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from actors.context import (
+from actors.conversation import TreeMirror
+from actors.model.context import (
     DEFAULT_SYSTEM_PROMPT,
     build_request,
     context_budget,
@@ -78,7 +79,6 @@ from actors.context import (
     summarize_stale_results,
     summary_text,
 )
-from actors.conversation import TreeMirror
 from bench.common import Printer, ratio, say, table
 from events.application import TetherApplication
 from events.forest import Forest

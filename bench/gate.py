@@ -1,16 +1,16 @@
 """The gatekeeper's cost: verdicts in process, verdicts over NATS, and the redactor.
 
-* **judge** (tiers 0-1 in process): :func:`actors.gatekeeper.judge` over a realistic mix of
+* **judge** (tiers 0-1 in process): :func:`actors.gatekeeper.actor.judge` over a realistic mix of
   proposals (reads, writes in the workspace, benign and dangerous shell commands, a write to
   a protected file, paths outside the workspace) in a temporary workspace, against the old
-  :meth:`actors.gatekeeper_policy.Policy.decide` on the same mix (the raw baseline).
-* **nats**: a :class:`actors.gatekeeper.GatekeeperActor` started with
+  :meth:`actors.gatekeeper.deny_lists.DenyLists.decide` on the same mix (the raw baseline).
+* **nats**: a :class:`actors.gatekeeper.actor.GatekeeperActor` started with
   :class:`actors.runtime.ActorSystem` on a :class:`adapters.nats_bus.NatsBus`, bound to
   ``subjects.gatekeeper`` as :mod:`adapters.host` binds it, recording each decision in a
   :class:`events.application.TetherApplication` on a temporary SQLite store, asked with
   :func:`actors.runtime.ask` (a fresh ``call_id`` per proposal), against a raw nats-py
   request/reply echo of the same payload (:class:`bench.ask.RawEcho`).
-* **redact**: :meth:`actors.redact.Redactor.text` on about 1 MB of prose with a few secrets,
+* **redact**: :meth:`actors.model.redact.Redactor.text` on about 1 MB of prose with a few secrets,
   and the streaming redactor fed 5-character deltas then flushed, against a single
   ``re.sub`` of one simple key pattern over the same text. The redactor runs on its default
   engine (hyperscan when installed); for context the table also shows the stream with no step
@@ -36,11 +36,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actors.gatekeeper import GatekeeperActor, judge
-from actors.gatekeeper_policy import Policy, action_hash
-from actors.redact import Redactor
+from actors.gatekeeper.actor import GatekeeperActor, judge
+from actors.gatekeeper.deny_lists import DenyLists, action_hash
+from actors.gatekeeper.security import PipelineConfig
+from actors.model.redact import Redactor
 from actors.runtime import ActorSystem, Binding, ask
-from actors.security import PipelineConfig
 from adapters.config import load_settings
 from adapters.nats_bus import NatsBus
 from adapters.store import open_application
@@ -117,7 +117,7 @@ class GateResults:
 
     @property
     def judge_ratio(self) -> float:
-        """Time per verdict of ``judge`` over ``Policy.decide`` (above 1: judge is slower)."""
+        """Time per verdict of ``judge`` over ``DenyLists.decide`` (above 1: judge is slower)."""
         return ratio(self.policy_per_s, self.judge_per_s)
 
     @property
@@ -195,7 +195,7 @@ def _alternate(
     return elapsed
 
 
-# --- 1. judge vs Policy.decide in process -------------------------------------------------
+# --- 1. judge vs DenyLists.decide in process -------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -211,10 +211,10 @@ class JudgeRow:
 
 
 def measure_judge(root: str, rounds: int) -> tuple[float, float, list[JudgeRow]]:
-    """Verdicts per second of ``judge`` and of ``Policy.decide`` over the mix, plus a row per
+    """Verdicts per second of ``judge`` and of ``DenyLists.decide`` over the mix, plus a row per
     proposal (decision and mean cost)."""
     workspace = os.path.join(root, "workspace")
-    deny_lists = Policy.from_settings({})
+    deny_lists = DenyLists.from_settings({})
     pipeline = PipelineConfig(home=os.path.join(root, "home"))
     now = dt.datetime.now(dt.UTC)
     mix = proposals(workspace)
@@ -277,7 +277,7 @@ class GateOverNats:
         self.decisions: dict[str, int] = {}
         options: dict[str, Any] = {
             "app": self.app,
-            "policy": Policy.from_settings({"deny_tools": settings.deny_tools}),
+            "policy": DenyLists.from_settings({"deny_tools": settings.deny_tools}),
             "pipeline": PipelineConfig(home=os.path.join(root, "home")),
         }
         try:
@@ -494,7 +494,7 @@ def run(url: str, quick: bool = False, out: Printer = say) -> GateResults:
     redact_rounds = QUICK_REDACT_ROUNDS if quick else FULL_REDACT_ROUNDS
     with scratch() as root:
         out(f"== gate judge: tiers 0-1 in process, {len(MIX)} proposals x {rounds} passes, "
-            f"vs old Policy.decide (alternating blocks of {JUDGE_BLOCK} passes)")
+            f"vs old DenyLists.decide (alternating blocks of {JUDGE_BLOCK} passes)")
         judge_per_s, policy_per_s, rows = measure_judge(root, rounds)
         for line in table(
             ["proposal", "judge", "tier", "old policy", "judge us", "policy us"],
@@ -508,7 +508,7 @@ def run(url: str, quick: bool = False, out: Printer = say) -> GateResults:
             [
                 ["judge (hash, deny lists, tiers 0-1)", f"{judge_per_s:,.0f}",
                  f"{1e6 / judge_per_s:.1f}"],
-                ["raw: old Policy.decide", f"{policy_per_s:,.0f}", f"{1e6 / policy_per_s:.1f}"],
+                ["raw: old DenyLists.decide", f"{policy_per_s:,.0f}", f"{1e6 / policy_per_s:.1f}"],
             ],
         ):
             out(line)

@@ -6,7 +6,7 @@ delta:
 
 * **monitor**: the TTSR monitor actor's handler for one stream delta (sequence checks,
   policy, matching), called directly without NATS;
-* **matcher (hyperscan)**: :class:`actors.ttsr_match.StreamMatcher` alone;
+* **matcher (hyperscan)**: :class:`actors.ttsr.match.StreamMatcher` alone;
 * **matcher (re fallback)**: the same with hyperscan off (windowed search per rule);
 * **naive rescan** (the baseline): append the delta, then search the whole buffer with
   every rule, as the seed's monitor did. It runs only while it fits a time budget.
@@ -23,9 +23,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from actors.ttsr import TtsrMonitorActor
-from actors.ttsr_match import StreamMatcher
-from actors.ttsr_rules import Rule, Scope
+from actors.ttsr.match import StreamMatcher
+from actors.ttsr.monitor import TtsrMonitorActor
+from actors.ttsr.rules import Rule, Scope
 from bench.common import Printer, ratio, say, table
 from events.messages import StreamDelta
 
@@ -102,8 +102,8 @@ class _Bench(TtsrMonitorActor):
         self.session_id = "bench"
         self.app: Any = _NoStore()
         self.folders = []
-        from actors.ttsr_policy import InjectionPolicy, TtsrSettings
-        from actors.ttsr_rules import RuleSet
+        from actors.ttsr.policy import InjectionPolicy, TtsrSettings
+        from actors.ttsr.rules import RuleSet
 
         self.settings = TtsrSettings()
         self.rule_set = RuleSet(rules=rules)

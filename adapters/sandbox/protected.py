@@ -19,7 +19,7 @@ import stat
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from actors.security.globs import has_glob
+from actors.gatekeeper.security.globs import has_glob
 from adapters.sandbox.newrepos import git_folders, remove_path
 
 #: Held read-only by the sandbox in every repository besides the protection settings, present

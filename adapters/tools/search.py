@@ -21,12 +21,12 @@ import stat
 
 import pathspec
 
-from actors.ports import ToolOutput
-from actors.security.globs import glob_match
+from actors.gatekeeper.security.globs import glob_match
 
 # The credential-file test tier 1 applies to read paths: grep skips such files when it
 # walks a folder, so a broad search cannot read what read_file would have to ask for.
-from actors.security.heuristics import _credential_kind
+from actors.gatekeeper.security.heuristics import _credential_kind
+from actors.ports import ToolOutput
 from adapters.tools.base import ToolError, ToolLimits, plural
 from adapters.tools.beneath import (
     READ_FLAGS,

@@ -16,7 +16,7 @@ import signal
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from actors.gatekeeper import PROCESS_TOOLS, SHELL_TOOLS
+from actors.gatekeeper.actor import PROCESS_TOOLS, SHELL_TOOLS
 from actors.ports import Grant, ToolOutput
 from adapters.process import Finished, run_process
 from adapters.sandbox import HOW_TO_ENABLE, Sandbox, UnholdablePath

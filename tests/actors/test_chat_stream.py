@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from actors.chat_stream import (
+from actors.chat.stream import (
     CURSOR,
     ChatStreamer,
     Edit,

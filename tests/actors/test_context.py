@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from actors import context
-from actors.context import (
+from actors.model import context
+from actors.model.context import (
     DEFAULT_SYSTEM_PROMPT,
     SUMMARY_MARK,
     build_request,
@@ -41,7 +41,7 @@ from actors.context import (
     to_api_messages,
     turn_numbers,
 )
-from actors.models import DEFAULT_MODEL, model_info
+from actors.model.models import DEFAULT_MODEL, model_info
 from events.messages import TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from events.session import Session, Turn
 
@@ -674,7 +674,7 @@ def test_split_of_merged_messages_never_cuts_before_a_mixed_message() -> None:
 
 
 def test_the_summary_memo_forgets_the_least_recently_used_within_its_bound() -> None:
-    from actors.context import _SummaryMemo
+    from actors.model.context import _SummaryMemo
 
     memo = _SummaryMemo(max_chars=10)
     memo.put("aaaa", False, "A")

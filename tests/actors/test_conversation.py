@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from actors.context import shape_messages
 from actors.conversation import (
     TreeMirror,
     complete_messages,
@@ -15,6 +14,7 @@ from actors.conversation import (
     resolve_node,
     tree_nodes,
 )
+from actors.model.context import shape_messages
 from events.forest import Forest, ForestState, Node, message_key
 from events.messages import TextBlock, ToolResultBlock, ToolUseBlock
 from events.session import Turn

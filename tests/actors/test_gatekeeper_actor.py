@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from actors.gatekeeper_policy import action_hash
+from actors.gatekeeper.deny_lists import action_hash
 from actors.runtime import ask
 from adapters.fake_llm import FakeLLM
 from adapters.host import Host

@@ -6,9 +6,9 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from actors.gatekeeper import Containment, Judgement, judge
-from actors.gatekeeper_policy import Policy, action_hash
-from actors.security import PipelineConfig
+from actors.gatekeeper.actor import Containment, Judgement, judge
+from actors.gatekeeper.deny_lists import DenyLists, action_hash
+from actors.gatekeeper.security import PipelineConfig
 from events.messages import ToolProposal
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -18,7 +18,7 @@ def decide(tool: str, tool_input: dict[str, object], workspace: Path,
            containment: Containment | None = None) -> Judgement:
     proposal = ToolProposal(session_id="s", call_id="c", tool=tool, input=tool_input,
                             workspace=str(workspace), action_hash=action_hash(tool, tool_input))
-    return judge(proposal, Policy.from_settings({}), PipelineConfig(home=str(workspace)), NOW,
+    return judge(proposal, DenyLists.from_settings({}), PipelineConfig(home=str(workspace)), NOW,
                  containment)
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.gatekeeper_policy import (
+from actors.gatekeeper.deny_lists import (
     DEFAULT_DENY_COMMANDS,
     Decision,
-    Policy,
+    DenyLists,
     action_hash,
     resolve_in_workspace,
 )
@@ -101,11 +101,11 @@ def test_resolve_rejects_nul_byte(workspace: str) -> None:
     assert resolve_in_workspace("a\x00b", workspace) is None
 
 
-# --- Policy.decide --------------------------------------------------------------------------
+# --- DenyLists.decide --------------------------------------------------------------------------
 
 
 def test_default_allow_inside_workspace(workspace: str) -> None:
-    policy = Policy()
+    policy = DenyLists()
     for tool, tool_input in [
         ("read_file", {"path": "src/main.py"}),
         ("write_file", {"path": "new/file.txt", "content": "x"}),
@@ -121,14 +121,14 @@ def test_default_allow_inside_workspace(workspace: str) -> None:
 
 
 def test_absolute_path_outside_denied_with_clear_reason(workspace: str) -> None:
-    decision = Policy().decide("read_file", {"path": "/etc/passwd"}, workspace)
+    decision = DenyLists().decide("read_file", {"path": "/etc/passwd"}, workspace)
     assert decision.decision == "deny"
     assert decision.tier == "protection"
     assert decision.reason == f"path /etc/passwd is outside the workspace {workspace}"
 
 
 def test_dotdot_escape_denied(workspace: str, outside: Path) -> None:
-    decision = Policy().decide(
+    decision = DenyLists().decide(
         "write_file", {"path": "src/../../outside/secret.txt", "content": "x"}, workspace
     )
     assert decision.decision == "deny"
@@ -144,7 +144,7 @@ def test_symlink_escape_denied(workspace: str, outside: Path) -> None:
         ("write_file", {"path": "sneaky/planted.txt", "content": "x"}),
         ("list_dir", {"path": "sneaky"}),
     ]:
-        decision = Policy().decide(tool, tool_input, workspace)
+        decision = DenyLists().decide(tool, tool_input, workspace)
         assert decision.decision == "deny", tool
         assert decision.tier == "protection"
         assert "resolves to" in decision.reason
@@ -152,13 +152,13 @@ def test_symlink_escape_denied(workspace: str, outside: Path) -> None:
 
 
 def test_unknown_tool_denied(workspace: str) -> None:
-    decision = Policy().decide("format_disk", {}, workspace)
+    decision = DenyLists().decide("format_disk", {}, workspace)
     assert decision.decision == "deny"
     assert decision.reason == "tool 'format_disk' is not a known tool"
 
 
 def test_deny_tools(workspace: str) -> None:
-    policy = Policy(deny_tools=["run_shell"])
+    policy = DenyLists(deny_tools=["run_shell"])
     decision = policy.decide("run_shell", {"command": "ls"}, workspace)
     assert decision.decision == "deny"
     assert decision.tier == "policy"
@@ -182,7 +182,7 @@ def test_deny_tools(workspace: str) -> None:
     ],
 )
 def test_default_deny_commands(workspace: str, command: str) -> None:
-    decision = Policy().decide("run_shell", {"command": command}, workspace)
+    decision = DenyLists().decide("run_shell", {"command": command}, workspace)
     assert decision.decision == "deny", command
     assert decision.tier == "policy"
     assert decision.reason.startswith(f"command {command!r} matches the denied pattern")
@@ -200,11 +200,11 @@ def test_default_deny_commands(workspace: str, command: str) -> None:
     ],
 )
 def test_ordinary_commands_allowed(workspace: str, command: str) -> None:
-    assert Policy().decide("run_shell", {"command": command}, workspace).allowed, command
+    assert DenyLists().decide("run_shell", {"command": command}, workspace).allowed, command
 
 
 def test_custom_deny_patterns_replace_defaults(workspace: str) -> None:
-    policy = Policy(deny_commands=[r"\bgit\s+push\b"])
+    policy = DenyLists(deny_commands=[r"\bgit\s+push\b"])
     decision = policy.decide("run_shell", {"command": "git push --force"}, workspace)
     assert decision.decision == "deny"
     assert decision.reason == (
@@ -215,22 +215,22 @@ def test_custom_deny_patterns_replace_defaults(workspace: str) -> None:
 
 def test_invalid_pattern_names_it() -> None:
     with pytest.raises(ValueError, match=r"deny_commands pattern '\(unclosed' is not a valid"):
-        Policy(deny_commands=["(unclosed"])
+        DenyLists(deny_commands=["(unclosed"])
 
 
 def test_from_settings(workspace: str) -> None:
-    policy = Policy.from_settings({"deny_tools": ["write_file"]})
+    policy = DenyLists.from_settings({"deny_tools": ["write_file"]})
     assert policy.deny_commands == list(DEFAULT_DENY_COMMANDS)
     assert not policy.decide("write_file", {"path": "a", "content": ""}, workspace).allowed
     assert not policy.decide("run_shell", {"command": "sudo ls"}, workspace).allowed
     with pytest.raises(ValueError, match="deny_tools must be a list of strings"):
-        Policy.from_settings({"deny_tools": "run_shell"})
+        DenyLists.from_settings({"deny_tools": "run_shell"})
     with pytest.raises(ValueError, match=r"deny_commands pattern '\[' is not a valid"):
-        Policy.from_settings({"deny_commands": ["["]})
+        DenyLists.from_settings({"deny_commands": ["["]})
 
 
 def test_workspace_must_exist_and_be_absolute(tmp_path: Path) -> None:
-    policy = Policy()
+    policy = DenyLists()
     relative = policy.decide("list_dir", {}, "relative/ws")
     assert relative.decision == "deny"
     assert relative.reason == "workspace relative/ws is not an absolute path"
@@ -241,7 +241,7 @@ def test_workspace_must_exist_and_be_absolute(tmp_path: Path) -> None:
 
 
 def test_malformed_inputs_denied(workspace: str) -> None:
-    policy = Policy()
+    policy = DenyLists()
     missing_path = policy.decide("read_file", {}, workspace)
     assert missing_path.decision == "deny"
     assert missing_path.reason == "read_file needs a string 'path'"

@@ -7,9 +7,9 @@ from importlib import resources
 import msgspec
 import pytest
 
-from actors import models
-from actors.models import DEFAULT_MODEL, MODELS, ModelInfo, load_table, model_info
-from actors.pricing import DEFAULT_PRICE, PRICES, price_of
+from actors.model import models
+from actors.model.models import DEFAULT_MODEL, MODELS, ModelInfo, load_table, model_info
+from actors.model.pricing import DEFAULT_PRICE, PRICES, price_of
 
 
 def test_data_file_is_in_the_package() -> None:

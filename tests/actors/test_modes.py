@@ -11,10 +11,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.gatekeeper import Judgement, judge
-from actors.gatekeeper_policy import Policy, action_hash
+from actors.gatekeeper.actor import Judgement, judge
+from actors.gatekeeper.deny_lists import DenyLists, action_hash
+from actors.gatekeeper.security import ActionRequest, PipelineConfig, evaluate, parse_policy
 from actors.modes import PLAN_DIR, auto_approvable, plan_file_for, plan_mode_refusal
-from actors.security import ActionRequest, PipelineConfig, evaluate, parse_policy
 from events.messages import Mode, ToolProposal
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -39,7 +39,7 @@ def proposal(workspace: Path, tool: str, tool_input: dict[str, Any], *,
 
 
 def planning(workspace: Path, tool: str, tool_input: dict[str, Any]) -> Judgement:
-    return judge(proposal(workspace, tool, tool_input, mode="plan"), Policy.from_settings({}),
+    return judge(proposal(workspace, tool, tool_input, mode="plan"), DenyLists.from_settings({}),
                  PipelineConfig(home=str(workspace / "home")), NOW)
 
 
@@ -47,7 +47,7 @@ def auto(workspace: Path, tool: str, tool_input: dict[str, Any], *, approve: boo
          config: PipelineConfig | None = None) -> Judgement:
     cfg = config or PipelineConfig(policy=ESCALATE_WRITES, home=str(workspace / "home"))
     return judge(proposal(workspace, tool, tool_input, mode="auto", auto_approve=approve),
-                 Policy.from_settings({}), cfg, NOW)
+                 DenyLists.from_settings({}), cfg, NOW)
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def test_plan_mode_refuses_writing_an_ordinary_file(workspace: Path) -> None:
     assert "a.txt" in judged.reason and "ExitPlanMode" in judged.reason
     # Without the mode the same call is allowed: it is the mode that refused it.
     plain = judge(proposal(workspace, "write_file", {"path": "a.txt", "content": "changed"}),
-                  Policy.from_settings({}), PipelineConfig(home=str(workspace / "home")), NOW)
+                  DenyLists.from_settings({}), PipelineConfig(home=str(workspace / "home")), NOW)
     assert plain.decision == "allow"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.pricing import DEFAULT_PRICE, PRICES, cost_usd, price_of
+from actors.model.pricing import DEFAULT_PRICE, PRICES, cost_usd, price_of
 from events.messages import Usage
 
 

@@ -1,4 +1,4 @@
-"""The system prompt from the workspace and the load_skills meta-tool (actors/prompt.py)."""
+"""The system prompt from the workspace and the load_skills meta-tool (actors/model/prompt.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.context import DEFAULT_SYSTEM_PROMPT
-from actors.prompt import (
+from actors.model.context import DEFAULT_SYSTEM_PROMPT
+from actors.model.prompt import (
     LOAD_SKILLS,
     MAX_FILE_BYTES,
     PromptCaps,

@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from actors import redact, redact_scan
-from actors.redact import MASK, Redactor
-from actors.redact_scan import load_hyperscan
+from actors.model import redact, redact_scan
+from actors.model.redact import MASK, Redactor
+from actors.model.redact_scan import load_hyperscan
 
 
 def test_known_secret_values_are_masked_everywhere() -> None:

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 
 import pytest
 
-from actors.redact import CAP, MASK, Redactor, StreamRedactor, _Located
-from actors.redact_scan import load_hyperscan
+from actors.model.redact import CAP, MASK, Redactor, StreamRedactor, _Located
+from actors.model.redact_scan import load_hyperscan
 
 CONFIGURED = ["configured-secret-value-42", "nats-Pa55word!", "db-pass-0000"]
 

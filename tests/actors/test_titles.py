@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from actors.titles import (
+from actors.model.titles import (
     TITLE_MAX,
     clean_title,
     exchange_messages,

@@ -1,4 +1,4 @@
-"""Tests for the TTSR stream matcher (actors/ttsr_match.py), on both engines."""
+"""Tests for the TTSR stream matcher (actors/ttsr/match.py), on both engines."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from actors.ttsr_match import DEFAULT_WINDOW, Match, StreamMatcher
-from actors.ttsr_rules import Rule, parse_scope
+from actors.ttsr.match import DEFAULT_WINDOW, Match, StreamMatcher
+from actors.ttsr.rules import Rule, parse_scope
 
 ENGINES = ["hyperscan", "re"]
 

@@ -1,12 +1,12 @@
-"""Tests for the TTSR settings and injection policy (actors/ttsr_policy.py)."""
+"""Tests for the TTSR settings and injection policy (actors/ttsr/policy.py)."""
 
 from __future__ import annotations
 
 import msgspec
 import pytest
 
-from actors.ttsr_policy import Injection, InjectionPolicy, TtsrSettings
-from actors.ttsr_rules import Rule
+from actors.ttsr.policy import Injection, InjectionPolicy, TtsrSettings
+from actors.ttsr.rules import Rule
 
 
 def rule(name: str, **extra: object) -> Rule:

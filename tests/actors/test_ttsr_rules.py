@@ -1,4 +1,4 @@
-"""Tests for the TTSR rule files, scopes and reminder text (actors/ttsr_rules.py)."""
+"""Tests for the TTSR rule files, scopes and reminder text (actors/ttsr/rules.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.ttsr_rules import (
+from actors.ttsr.rules import (
     DEFAULT_SCOPES,
     Rule,
     Scope,

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from actors.gatekeeper import judge
-from actors.gatekeeper_policy import Policy, action_hash
+from actors.gatekeeper.actor import judge
+from actors.gatekeeper.deny_lists import DenyLists, action_hash
+from actors.gatekeeper.security import PipelineConfig, parse_policy
+from actors.gatekeeper.security.action import ReadOnlyTools
 from actors.ports import ToolOutput
-from actors.security import PipelineConfig, parse_policy
-from actors.security.action import ReadOnlyTools
 from adapters.config import (
     ConfigError,
     McpServer,
@@ -564,7 +564,7 @@ def proposal(tool: str, tool_input: dict[str, Any], workspace: Path,
 
 def test_the_gatekeeper_asks_a_person_unless_trusted_or_allowed(tmp_path: Path) -> None:
     mcp = McpSettings(servers={"demo": stdio_server(), "docs": stdio_server(trust="read")})
-    lists = Policy.from_settings({"known_prefixes": list(mcp.prefixes())})
+    lists = DenyLists.from_settings({"known_prefixes": list(mcp.prefixes())})
     cfg = PipelineConfig(home=str(tmp_path / "home"), read_only_tools=mcp.read_only_prefixes())
 
     asked = judge(proposal("demo__add", {"a": 1, "b": 2}, tmp_path), lists, cfg, NOW)
@@ -584,7 +584,7 @@ def test_the_gatekeeper_asks_a_person_unless_trusted_or_allowed(tmp_path: Path) 
     stranger = judge(proposal("other__add", {}, tmp_path), lists, cfg, NOW)
     assert (stranger.decision, stranger.tier) == ("deny", "policy")
     denied = judge(proposal("demo__add", {}, tmp_path),
-                   Policy.from_settings({"known_prefixes": ["demo__"],
+                   DenyLists.from_settings({"known_prefixes": ["demo__"],
                                          "deny_tools": ["demo__add"]}), cfg, NOW)
     assert denied.decision == "deny" and "denied by policy" in denied.reason
 
@@ -609,7 +609,7 @@ def test_relative_paths_of_a_read_server_are_judged_where_the_server_resolves_th
     assert manager.read_only_tools() == (
         ReadOnlyTools("etc__", "/etc"), ReadOnlyTools("local__", str(workspace / "docs")),
         ReadOnlyTools("here__", os.getcwd()), ReadOnlyTools("web__", None))
-    lists = Policy.from_settings({"known_prefixes": list(mcp.prefixes())})
+    lists = DenyLists.from_settings({"known_prefixes": list(mcp.prefixes())})
     cfg = PipelineConfig(home=str(tmp_path / "home"), read_only_tools=manager.read_only_tools())
 
     def verdict(tool: str, path: str) -> tuple[str, str]:

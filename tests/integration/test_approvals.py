@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from actors.interactions import Tick
+from actors.chat.interactions import Tick
 from actors.ports import ManualClock
 from actors.runtime import RemoteError, ask
 from adapters.anthropic_provider import AnthropicProvider

@@ -55,13 +55,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.gatekeeper import Containment, judge
-from actors.gatekeeper_policy import Policy, action_hash
+from actors.chat.router import RouterSettings
+from actors.gatekeeper.actor import Containment, judge
+from actors.gatekeeper.deny_lists import DenyLists, action_hash
+from actors.gatekeeper.security import PipelineConfig
+from actors.gatekeeper.security.policy import default_policy
 from actors.middleware import MiddlewareSettings
-from actors.router import RouterSettings
 from actors.runtime import ask
-from actors.security import PipelineConfig
-from actors.security.policy import default_policy
 from adapters.anthropic_provider import AnthropicProvider
 from adapters.config import Settings, load_settings
 from adapters.fake_llm import FakeLLM, parse_script
@@ -1302,7 +1302,7 @@ def _plan(world: World, settings: Settings) -> list[tuple[str, list[Case]]]:
     changed is run again case by case."""
     pipeline = PipelineConfig(policy=default_policy(), protection=settings.protection,
                               tier2_enabled=settings.tier2.enabled)
-    policy = Policy.from_settings({"deny_tools": settings.deny_tools})
+    policy = DenyLists.from_settings({"deny_tools": settings.deny_tools})
     now = dt.datetime.now(dt.UTC)
 
     def touches_protected(case: Case) -> bool:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from actors.context import MEMORY_PROMPT, SUMMARY_PREFIX, SUMMARY_PROMPT
+from actors.model.context import MEMORY_PROMPT, SUMMARY_PREFIX, SUMMARY_PROMPT
 from tests.conftest import Engine
 from tests.helpers import say, wait_until
 
@@ -141,7 +141,7 @@ def test_a_compacted_session_replays_and_goes_on_after_a_restart_without_the_mod
 ) -> None:
     """What the model was sent after a compaction is what the stored events replay to;
     a new engine on the same store goes on from the summary with no compaction call."""
-    from actors.context import shape_messages
+    from actors.model.context import shape_messages
 
     host, _, llm = engine(script("- The user prefers tabs."), context_window=WINDOW)
     sid = three_turns(host, watch_channel(host, "test"))

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.gatekeeper_policy import action_hash
+from actors.gatekeeper.deny_lists import action_hash
 from actors.runtime import ask
 from adapters.anthropic_provider import AnthropicProvider
 from adapters.config import Settings

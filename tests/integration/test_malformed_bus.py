@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 import nats
 import pytest
 
-from actors.gatekeeper_policy import action_hash
+from actors.gatekeeper.deny_lists import action_hash
 from actors.ports import BusError
 from actors.runtime import ask
 from adapters.fake_llm import FakeLLM

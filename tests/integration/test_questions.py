@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.interactions import Tick
+from actors.chat.interactions import Tick
 from actors.ports import ManualClock
 from adapters.anthropic_provider import AnthropicProvider
 from adapters.config import Settings

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from actors.router import RouterSettings
+from actors.chat.router import RouterSettings
 from actors.runtime import Tick, ask
 from adapters.host import Host
 from events.deliveries import Deliveries, deliveries_uuid

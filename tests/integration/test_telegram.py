@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from actors.chat_stream import CURSOR, final_messages
+from actors.chat.stream import CURSOR, final_messages
 from actors.middleware import MiddlewareSettings
 from actors.ports import ManualClock
 from adapters.fake_llm import FakeLLM

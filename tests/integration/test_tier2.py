@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from actors.gatekeeper.tier2 import Tier2Settings
 from actors.ports import SequentialIds
-from actors.tier2 import Tier2Settings
 from adapters.anthropic_provider import AnthropicProvider
 from adapters.config import Settings
 from adapters.fake_llm import FakeLLM

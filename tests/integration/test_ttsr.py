@@ -15,9 +15,9 @@ from typing import Any
 
 import msgspec
 
-from actors.ttsr_policy import TtsrSettings
-from actors.ttsr_rules import load_rules
-from actors.ttsr_whatif import what_if
+from actors.ttsr.policy import TtsrSettings
+from actors.ttsr.rules import load_rules
+from actors.ttsr.whatif import what_if
 from adapters.fake_llm import FakeLLM
 from adapters.host import Host
 from events.messages import TextBlock, ToolUseBlock

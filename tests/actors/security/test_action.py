@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from actors.gatekeeper_policy import action_hash as gatekeeper_hash
-from actors.security import ActionRequest, action_hash, enrich
+from actors.gatekeeper.deny_lists import action_hash as gatekeeper_hash
+from actors.gatekeeper.security import ActionRequest, action_hash, enrich
 from tests.actors.security.conftest import T0, Env
 
 

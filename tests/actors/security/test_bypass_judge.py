@@ -2,7 +2,7 @@
 
 Every command in :data:`BYPASSES` once got past the gatekeeper (or is a variant of one
 that did: other quoting, full paths, wrappers, separators, subshells, functions ...). Each
-is judged through :func:`actors.gatekeeper.judge`, the entry point the gatekeeper actor
+is judged through :func:`actors.gatekeeper.actor.judge`, the entry point the gatekeeper actor
 uses, in a real workspace holding the protected files, a ``.env`` and symbolic links in
 and out; none may be allowed. :data:`BENIGN` are ordinary commands that must stay allowed.
 """
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.gatekeeper import Judgement, judge
-from actors.gatekeeper_policy import Policy, action_hash
-from actors.security import PipelineConfig
+from actors.gatekeeper.actor import Judgement, judge
+from actors.gatekeeper.deny_lists import DenyLists, action_hash
+from actors.gatekeeper.security import PipelineConfig
 from events.messages import ToolProposal
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -530,7 +530,7 @@ def _judge(workspace: Path, command: str) -> Judgement:
                             workspace=str(workspace),
                             action_hash=action_hash("run_shell", payload))
     config = PipelineConfig(home=str(workspace.parent / "home"))
-    return judge(proposal, Policy.from_settings({}), config, NOW)
+    return judge(proposal, DenyLists.from_settings({}), config, NOW)
 
 
 def test_the_corpus_is_large_enough() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.security import ActionRequest, enrich, scan
+from actors.gatekeeper.security import ActionRequest, enrich, scan
 from tests.actors.security.conftest import T0, Env
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from actors.gatekeeper.security import parse_policy
+from actors.gatekeeper.security.action import TOOL_SPECS
 from actors.modes import plan_mode_refusal
-from actors.security import parse_policy
-from actors.security.action import TOOL_SPECS
 from adapters.tools import TOOL_GROUPS, BuiltinTools
 from tests.actors.security.conftest import Env
 
@@ -176,7 +176,7 @@ def test_current_date_touches_nothing_and_is_allowed(env: Env) -> None:
 
 
 def test_edit_file_content_is_checked_by_the_tier1_heuristics(tmp_path: Path) -> None:
-    from actors.security import ActionRequest, evaluate
+    from actors.gatekeeper.security import ActionRequest, evaluate
 
     (tmp_path / "run.sh").write_text("echo hi\n")
     request = ActionRequest(id="c1", type="edit_file", payload={

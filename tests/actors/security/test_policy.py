@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.security import ActionRequest, PolicyError, enrich, load_policy, parse_policy
-from actors.security.policy import DEFAULT_POLICY_YAML, default_policy
+from actors.gatekeeper.security import ActionRequest, PolicyError, enrich, load_policy, parse_policy
+from actors.gatekeeper.security.policy import DEFAULT_POLICY_YAML, default_policy
 from tests.actors.security.conftest import T0, Env
 
 

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from actors.security import ActionRequest, enrich, parse_policy
-from actors.security.protection import UNREADABLE_MIN_TIER
-from actors.security.shell import LexError, ShellParse, lex, parse_shell
-from actors.security.shell.model import getopt
+from actors.gatekeeper.security import ActionRequest, enrich, parse_policy
+from actors.gatekeeper.security.protection import UNREADABLE_MIN_TIER
+from actors.gatekeeper.security.shell import LexError, ShellParse, lex, parse_shell
+from actors.gatekeeper.security.shell.model import getopt
 from tests.actors.security.conftest import T0, Env
 
 
