@@ -29,7 +29,7 @@ import nats
 import pytest
 from nats.errors import Error as NatsError
 
-from adapters.cli import _open_store
+from adapters.cli.common import open_store as _open_store
 from adapters.config import load_settings
 from adapters.fake_llm import FakeLLM, parse_script
 from adapters.nats_auth import (

@@ -442,7 +442,7 @@ def test_the_tree_comes_in_pages_and_the_command_line_reads_them_all(
 ) -> None:
     import argparse
 
-    from adapters.cli import _whole_tree
+    from adapters.cli.tree import whole_tree as _whole_tree
 
     host, _, _ = engine(TWO_TURNS)
     channel = watch_channel(host, "test")
