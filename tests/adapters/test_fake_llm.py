@@ -503,6 +503,6 @@ def test_a_response_impossible_under_tool_choice_is_a_script_problem(
 def test_the_stand_in_answers_without_nagles_delay() -> None:
     """A quick second call on the same connection must not wait ~40 ms for a delayed ACK:
     the server's connections have TCP_NODELAY."""
-    from adapters.fake_llm import _Handler
+    from adapters.fake_llm.server import _Handler
 
     assert _Handler.disable_nagle_algorithm is True
