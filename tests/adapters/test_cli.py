@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -32,11 +33,13 @@ def env(tmp_path: Path) -> dict[str, str]:
 def test_every_command_has_help(env: dict[str, str]) -> None:
     code, out, _ = tether("--help", env=env)
     assert code == 0
-    for name in COMMANDS:
-        assert name in out
-        code, out_cmd, err = tether(name, "--help", env=env)
-        assert code == 0, err
-        assert "usage:" in out_cmd
+    assert all(name in out for name in COMMANDS)
+    with ThreadPoolExecutor(max_workers=4) as pool:  # each is a process of its own
+        helps = dict(zip(COMMANDS, pool.map(lambda name: tether(name, "--help", env=env),
+                                            COMMANDS), strict=True))
+    for name, (code, out_cmd, err) in helps.items():
+        assert code == 0, (name, err)
+        assert "usage:" in out_cmd, name
 
 
 def test_a_bad_setting_is_one_line_naming_the_key(env: dict[str, str]) -> None:
