@@ -10,10 +10,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from bench import append, ask, context, fanout, gate, interrupt, sandbox, ttsr
+from bench import append, ask, context, fanout, gate, interrupt, sandbox, ttsr, turn
 from bench.common import nats_server, say
 
-BENCHMARKS = ("ask", "append", "interrupt", "ttsr", "gate", "fanout", "context", "sandbox")
+BENCHMARKS = ("ask", "append", "turn", "interrupt", "ttsr", "gate", "fanout", "context",
+              "sandbox")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -63,6 +64,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             name = f"recovery{r.snapshot.events}" + (" compacting" if r.compacting else "")
             summary.append(f"RATIO {name} snapshot/events = "
                            f"{r.snapshot.median_ms / r.events_alone.median_ms:.2f}")
+    if "turn" in chosen:
+        with nats_server(args.nats) as url:
+            say()
+            turns = turn.run(url, quick=args.quick)
+            summary.append(f"RATIO turn tether/raw = {turns.ratio('text'):.2f}")
+            summary.append(f"RATIO toolturn tether/raw = {turns.ratio('tool'):.2f}")
     if "interrupt" in chosen:
         with nats_server(args.nats) as url:
             say()

@@ -48,6 +48,13 @@ def test_append_quick_prints_its_ratio() -> None:
     assert "TetherApplication.session" in out
 
 
+def test_turn_quick_prints_its_ratios(nats_url: str) -> None:
+    out = run_bench("bench.turn", "--quick", "--nats", nats_url)
+    for name in ("turn", "toolturn"):
+        assert re.search(RATIO.format(name), out, re.MULTILINE), out
+    assert "engine overhead (p50)" in out
+
+
 def test_interrupt_quick_prints_its_ratio(nats_url: str) -> None:
     out = run_bench("bench.interrupt", "--quick", "--nats", nats_url)
     assert re.search(r"RATIO kill streaming/idle = \d+\.\d\d$", out, re.MULTILINE), out

@@ -1,0 +1,202 @@
+"""A whole turn through Tether against the raw SDK call(s) it makes, on the same stand-in.
+
+* **text turn**: a ``UserMessage`` asked of the engine's inbox (``tether serve``'s engine in
+  this process: NATS, SQLite, the actors) until the channel's ``completed`` notice, in one
+  multi-turn session; the model stand-in answers one short text.
+* **tool turn**: the same, answered with a ``read_file`` call, then a short text once the
+  file's content comes back: two model calls, the gatekeeper's verdict and the read.
+* **raw**: the same model call(s) with the ``anthropic`` SDK straight to an identical
+  stand-in (streamed, read to the end), plus the file read for the tool turn.
+
+Both sides run in alternating blocks, so load from other processes lands on both.
+The difference of the medians is Tether's overhead per turn (issue 15's goal: at most
+5 ms for a text turn, 10 ms for a tool turn). Prints ``RATIO turn tether/raw`` and
+``RATIO toolturn tether/raw`` (medians).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import anthropic
+import msgspec
+
+from actors.middleware import MiddlewareSettings
+from actors.runtime import ask
+from adapters.anthropic_provider import AnthropicProvider
+from adapters.config import load_settings
+from adapters.fake_llm import FakeLLM, parse_script
+from adapters.host import Host
+from adapters.tools import BuiltinTools
+from bench.common import Printer, Stats, nats_bench_main, ratio, say, table
+from events.codec import Decoder
+from events.messages import Accepted, ChannelMessage, UserMessage
+
+FULL_N, QUICK_N = 100, 6
+BLOCK = 5
+NOTES = "The notes say: ship on Friday.\n"
+TEXT = '  - blocks: [{text: "Noted."}]'
+TOOL = ('  - blocks: [{tool_use: {name: read_file, input: {path: notes.txt}}}]\n'
+        '  - blocks: [{text: "Friday."}]')
+
+
+def _script(kind: str, n: int) -> str:
+    return "responses:\n" + "\n".join([TEXT if kind == "text" else TOOL] * n) + "\n"
+
+
+@dataclass(frozen=True)
+class TurnResults:
+    """Per kind of turn: Tether's and the raw calls' figures."""
+
+    tether: dict[str, Stats]
+    raw: dict[str, Stats]
+
+    def overhead_ms(self, kind: str) -> float:
+        """Tether's median turn less the raw median, milliseconds."""
+        return (self.tether[kind].p50_us - self.raw[kind].p50_us) / 1000
+
+    def ratio(self, kind: str) -> float:
+        """Tether's median turn over the raw median."""
+        return ratio(self.tether[kind].p50_us, self.raw[kind].p50_us)
+
+
+class _Engine:
+    """An engine in this process against its own stand-in, and one chat session on it."""
+
+    def __init__(self, url: str, tmp: str, kind: str, n: int) -> None:
+        self.llm = FakeLLM(parse_script(_script(kind, n + 1))).start()
+        env = {"TETHER_NATS_URL": url, "TETHER_STATE_DIR": os.path.join(tmp, "state"),
+               "TETHER_NAMESPACE": "bench" + uuid.uuid4().hex[:8], "TETHER_WORKSPACE": tmp,
+               "TETHER_RULES_DIR": os.path.join(tmp, "rules"), "TETHER_TITLES": "false",
+               "ANTHROPIC_BASE_URL": self.llm.base_url}
+        settings = load_settings(env=env, cwd=tmp)
+        unlimited = MiddlewareSettings(rate_per_minute=1e9, burst=1_000_000)
+        self.host = Host(msgspec.structs.replace(settings, middleware=unlimited),
+                         provider=AnthropicProvider(None, self.llm.base_url)).start()
+        self.notices: queue.Queue[ChannelMessage] = queue.Queue()
+        decoder: Decoder[ChannelMessage] = Decoder(ChannelMessage)
+        self.sub = self.host.bus.subscribe(self.host.subjects.channel_out("bench"),
+                                           lambda m: self.notices.put(decoder.decode(m.data)))
+        self.session = ""
+        self.turn()  # the session starts (its first turn is not timed)
+
+    def turn(self) -> None:
+        """One turn, from the message sent to its ``completed`` notice."""
+        self.session = ask(self.host.bus, self.host.subjects.inbox,
+                           UserMessage(text="what do the notes say?", channel="bench",
+                                       session_id=self.session), Accepted,
+                           timeout=30).session_id
+        while True:
+            notice = self.notices.get(timeout=60)
+            if notice.kind == "completed":
+                return
+            if notice.kind in ("failed", "error"):
+                raise RuntimeError(f"the turn failed: {notice.text}")
+
+    def close(self) -> None:
+        self.sub.close()
+        self.host.stop()
+        self.llm.stop()
+
+
+class _Raw:
+    """The same model call(s), straight through the SDK to an identical stand-in."""
+
+    def __init__(self, kind: str, n: int, workspace: str) -> None:
+        self.kind = kind
+        self.llm = FakeLLM(parse_script(_script(kind, n))).start()
+        self.client = anthropic.Anthropic(api_key="bench", base_url=self.llm.base_url)
+        self.notes = Path(workspace, "notes.txt")
+        self.tools = BuiltinTools().definitions(["files"])
+        """The file tools, as the engine offers them once loaded."""
+
+    def _call(self, messages: list[dict[str, object]]) -> anthropic.types.Message:
+        with self.client.messages.stream(
+                model="claude-sonnet-4-6", max_tokens=1024, messages=messages,  # type: ignore[arg-type]
+                tools=self.tools) as stream:  # type: ignore[arg-type]
+            return stream.get_final_message()
+
+    def turn(self) -> None:
+        messages: list[dict[str, object]] = [
+            {"role": "user", "content": "what do the notes say?"}]
+        reply = self._call(messages)
+        if self.kind == "tool":
+            call = reply.content[0]
+            content = self.notes.read_text()
+            messages += [{"role": "assistant", "content": [call.model_dump()]},
+                         {"role": "user", "content": [{"type": "tool_result",
+                                                       "tool_use_id": getattr(call, "id", ""),
+                                                       "content": content}]}]
+            self._call(messages)
+
+    def close(self) -> None:
+        self.client.close()
+        self.llm.stop()
+
+
+def _alternate(tether: Callable[[], None], raw: Callable[[], None], n: int
+               ) -> tuple[Stats, Stats]:
+    samples: dict[str, list[int]] = {"tether": [], "raw": []}
+    elapsed = {"tether": 0.0, "raw": 0.0}
+    for start in range(0, n, BLOCK):
+        for side, run in (("tether", tether), ("raw", raw)):
+            began = time.perf_counter()
+            for _ in range(min(BLOCK, n - start)):
+                t0 = time.perf_counter_ns()
+                run()
+                samples[side].append(time.perf_counter_ns() - t0)
+            elapsed[side] += time.perf_counter() - began
+    return (Stats.of(samples["tether"], elapsed["tether"]),
+            Stats.of(samples["raw"], elapsed["raw"]))
+
+
+def measure(url: str, n: int) -> TurnResults:
+    """``n`` text turns and ``n`` tool turns each way."""
+    tether: dict[str, Stats] = {}
+    raw: dict[str, Stats] = {}
+    for kind in ("text", "tool"):
+        with tempfile.TemporaryDirectory(prefix="tether-bench-turn-") as tmp:
+            Path(tmp, "notes.txt").write_text(NOTES)
+            engine, direct = _Engine(url, tmp, kind, n), _Raw(kind, n, tmp)
+            try:
+                tether[kind], raw[kind] = _alternate(engine.turn, direct.turn, n)
+            finally:
+                engine.close()
+                direct.close()
+    return TurnResults(tether, raw)
+
+
+def run(url: str, quick: bool = False, out: Printer = say) -> TurnResults:
+    """Run and print the table and the ratios."""
+    n = QUICK_N if quick else FULL_N
+    out(f"== turn: {n} text turns and {n} tool turns through Tether against the raw SDK "
+        f"call(s) to the same stand-in (alternating blocks of {BLOCK})")
+    results = measure(url, n)
+    rows = []
+    for kind in ("text", "tool"):
+        for side, stats in (("tether", results.tether[kind]), ("raw", results.raw[kind])):
+            rows.append([f"{kind} turn, {side}", f"{stats.p50_us / 1000:.2f}",
+                         f"{stats.mean_us / 1000:.2f}", f"{stats.p99_us / 1000:.2f}"])
+    for line in table(["case", "p50 ms", "mean ms", "p99 ms"], rows):
+        out(line)
+    out(f"engine overhead (p50): text turn {results.overhead_ms('text'):.2f} ms, "
+        f"tool turn {results.overhead_ms('tool'):.2f} ms")
+    out(f"RATIO turn tether/raw = {results.ratio('text'):.2f}")
+    out(f"RATIO toolturn tether/raw = {results.ratio('tool'):.2f}")
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m bench.turn [--quick] [--nats URL]``."""
+    return nats_bench_main(argv, "python -m bench.turn", __doc__ or "", run)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
