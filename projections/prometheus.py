@@ -17,7 +17,7 @@ bound but ``rule`` (one per TTSR rule) and the leader's ``session_id``/``name``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
@@ -38,17 +38,24 @@ def _bound(le: float) -> str:
     return "+Inf" if math.isinf(le) else repr(le)
 
 
+def _by_label(kind: type[CounterMetricFamily] | type[GaugeMetricFamily], name: str, doc: str,
+              label: str, values: Mapping[str, float]) -> Metric:
+    """A family with one sample per ``label`` value."""
+    family = kind(name, doc, labels=[label])
+    for key, value in values.items():
+        family.add_metric([key], value)
+    return family
+
+
 def metric_families(m: Metrics) -> list[Metric]:
     """Every figure of ``m`` as metric families."""
     families: list[Metric] = []
     families.append(CounterMetricFamily(
         "tether_cost_usd", "Dollars spent by all model calls: turns, titles and compactions.",
         value=m.total_cost_usd))
-    sessions = GaugeMetricFamily("tether_sessions", "Sessions in each status (their latest).",
-                                 labels=["status"])
-    for status, count in m.sessions_by_status.items():
-        sessions.add_metric([status], count)
-    families.append(sessions)
+    families.append(_by_label(GaugeMetricFamily, "tether_sessions",
+                              "Sessions in each status (their latest).", "status",
+                              m.sessions_by_status))
     families.append(CounterMetricFamily(
         "tether_sessions_launched", "Sessions created (forks too).", value=m.sessions_launched))
     families.append(GaugeMetricFamily(
@@ -61,20 +68,14 @@ def metric_families(m: Metrics) -> list[Metric]:
         buckets=[(_bound(le), n) for le, n in m.finish_buckets.items()]
         or [("+Inf", 0)],
         sum_value=m.finish_seconds))
-    calls = CounterMetricFamily("tether_tool_calls",
-                                "Tool calls decided, each once, by its final verdict.",
-                                labels=["verdict"])
-    for verdict, count in m.tool_calls_by_verdict.items():
-        calls.add_metric([verdict], count)
-    families.append(calls)
+    families.append(_by_label(CounterMetricFamily, "tether_tool_calls",
+                              "Tool calls decided, each once, by its final verdict.", "verdict",
+                              m.tool_calls_by_verdict))
     families.append(GaugeMetricFamily(
         "tether_tool_calls_awaiting_approval", "Tool calls escalated and not answered yet.",
         value=m.awaiting_approval))
-    rules = CounterMetricFamily("tether_ttsr_triggers", "Times each TTSR rule fired.",
-                                labels=["rule"])
-    for rule, count in m.ttsr_triggers.items():
-        rules.add_metric([rule], count)
-    families.append(rules)
+    families.append(_by_label(CounterMetricFamily, "tether_ttsr_triggers",
+                              "Times each TTSR rule fired.", "rule", m.ttsr_triggers))
     top = GaugeMetricFamily("tether_most_expensive_session_cost_usd",
                             "Dollars spent by the most expensive session.",
                             labels=["session_id", "name"])

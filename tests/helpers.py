@@ -201,3 +201,19 @@ class Serve:
         code = self.proc.wait(timeout=30)
         self.log.close()
         return code
+
+
+def engine_env(tmp_path: Path, nats_url: str, namespace: str, workspace: Path,
+               model_url: str) -> dict[str, str]:
+    """The environment of a ``tether`` process a test starts: the test's NATS namespace,
+    state, workspace, rules and home, the model stand-in at ``model_url``, titles off (a
+    background title call would take a scripted answer), and nothing of the caller's
+    ``TETHER_*`` or ``ANTHROPIC_*`` settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "ANTHROPIC_"))}
+    env.update({
+        "TETHER_NATS_URL": nats_url, "TETHER_NAMESPACE": namespace,
+        "TETHER_STATE_DIR": str(tmp_path / "state"), "TETHER_WORKSPACE": str(workspace),
+        "TETHER_RULES_DIR": str(tmp_path / "rules"), "TETHER_TITLES": "false",
+        "ANTHROPIC_BASE_URL": model_url, "HOME": str(tmp_path / "home"),
+    })
+    return env

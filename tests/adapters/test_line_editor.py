@@ -22,6 +22,7 @@ from prompt_toolkit.document import Document
 from actors.commands import COMMANDS
 from adapters.fake_llm import FakeLLM
 from adapters.line_editor import SlashCompleter, line_readers
+from tests.helpers import engine_env
 
 UP, LEFT, TAB = "\x1b[A", "\x1b[D", "\t"
 CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\r")
@@ -112,14 +113,8 @@ responses:
 def chat(tmp_path: Path, nats_url: str, namespace: str, workspace: Path,
          fake_llm: Callable[[str], FakeLLM]) -> Iterator[Callable[[], Pty]]:
     llm = fake_llm(SCRIPT)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "ANTHROPIC_"))}
-    env.update({
-        "TETHER_NATS_URL": nats_url, "TETHER_NAMESPACE": namespace,
-        "TETHER_STATE_DIR": str(tmp_path / "state"), "TETHER_WORKSPACE": str(workspace),
-        "TETHER_RULES_DIR": str(tmp_path / "rules"), "TETHER_TITLES": "false",
-        "ANTHROPIC_BASE_URL": llm.base_url, "HOME": str(tmp_path / "home"),
-        "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1", "COLUMNS": "120", "LINES": "40",
-    })
+    env = {**engine_env(tmp_path, nats_url, namespace, workspace, llm.base_url),
+           "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1", "COLUMNS": "120", "LINES": "40"}
     started: list[Pty] = []
 
     def start() -> Pty:

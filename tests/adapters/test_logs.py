@@ -7,7 +7,6 @@ import contextvars
 import io
 import json
 import logging
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +20,7 @@ from adapters.logs import configure_logging
 from adapters.nats_bus import NatsBus
 from events.messages import Accepted, UserMessage
 from events.subjects import Subjects
-from tests.helpers import Serve, wait_until
+from tests.helpers import Serve, engine_env, wait_until
 
 log = logging.getLogger("tests.logs")
 
@@ -73,13 +72,7 @@ def test_serve_logs_json_lines_naming_the_session(
     fake_llm: Callable[[str], FakeLLM],
 ) -> None:
     llm = fake_llm('responses:\n  - blocks: [{text: "Hello."}]\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_", "ANTHROPIC_"))}
-    env.update({
-        "TETHER_NATS_URL": nats_url, "TETHER_NAMESPACE": namespace,
-        "TETHER_STATE_DIR": str(tmp_path / "state"), "TETHER_WORKSPACE": str(workspace),
-        "TETHER_RULES_DIR": str(tmp_path / "rules"), "TETHER_TITLES": "false",
-        "ANTHROPIC_BASE_URL": llm.base_url, "HOME": str(tmp_path / "home"),
-    })
+    env = engine_env(tmp_path, nats_url, namespace, workspace, llm.base_url)
     serve = Serve(env, tmp_path / "serve.log", command=("-v", "serve", "--log-format", "json"))
     bus = NatsBus(nats_url)
     subjects = Subjects(namespace)

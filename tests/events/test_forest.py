@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 import pytest
 from eventsourcing.persistence import StoredEvent
 
-from adapters.config import Settings
-from adapters.store import open_application
 from events.application import TetherApplication, aggregate_name
 from events.forest import (
     AddNode,
@@ -727,14 +725,6 @@ def test_message_key() -> None:
 # --- through the store ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def app(database_url: str, make_settings: Callable[..., Settings]) -> Iterator[TetherApplication]:
-    """The application on each store of the suite (SQLite, then PostgreSQL)."""
-    application = open_application(make_settings(database_url=database_url))
-    try:
-        yield application
-    finally:
-        application.close()
 
 
 def busy_forest(session_id: str = "s1") -> Forest:

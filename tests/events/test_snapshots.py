@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import msgspec
 import pytest
 from eventsourcing.persistence import StoredEvent
 
-from adapters.config import Settings
-from adapters.store import open_application
 from events.application import SNAPSHOT_INTERVAL, TetherApplication
 from events.forest import Forest, ForestSnapshotState
 from events.messages import TextBlock, ToolUseBlock, Usage
@@ -23,13 +21,6 @@ from tests.events.test_store_roundtrip import full_session
 ENVELOPE = {"_id", "_version", "_pending_events"}
 
 
-@pytest.fixture
-def app(database_url: str, make_settings: Callable[..., Settings]) -> Iterator[TetherApplication]:
-    application = open_application(make_settings(database_url=database_url))
-    try:
-        yield application
-    finally:
-        application.close()
 
 
 def a_forest() -> Forest:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -13,21 +12,10 @@ import pytest
 from eventsourcing.domain import Aggregate, event
 from eventsourcing.persistence import StoredEvent
 
-from adapters.config import Settings
-from adapters.store import open_application
 from events.application import TetherApplication
 from events.messages import TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from events.sandbox import SandboxLimits, SandboxProfile
 from events.session import Session, Turn, interrupted_result, session_uuid
-
-
-@pytest.fixture
-def app(database_url: str, make_settings: Callable[..., Settings]) -> Iterator[TetherApplication]:
-    application = open_application(make_settings(database_url=database_url))
-    try:
-        yield application
-    finally:
-        application.close()
 
 
 def full_session(sid: str = "abc123") -> Session:
