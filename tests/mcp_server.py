@@ -1,4 +1,4 @@
-"""A small MCP server of the project's own, for the tests of ``adapters/mcp_tools.py``.
+"""A small MCP server of the project's own, for the tests of ``adapters/mcp_tools/``.
 
 Built with the official SDK's ``FastMCP``. Run it over stdio (what a ``command`` server in
 ``[mcp.servers.NAME]`` starts)::

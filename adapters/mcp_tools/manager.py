@@ -1,48 +1,5 @@
-"""MCP servers as tool groups, through the official ``mcp`` Python SDK.
-
-:class:`McpTools` keeps one long-lived ``mcp.ClientSession`` per server named in the
-``[mcp.servers.NAME]`` settings, all on an asyncio event loop of its own (thread ``mcp``):
-a local process spoken to over stdio (``mcp.client.stdio.stdio_client``) or a streamable
-HTTP endpoint (``mcp.client.streamable_http.streamable_http_client``). Each server is one
-tool group, ``mcp_<name>``; its tools are named ``<name>__<tool>`` (:func:`tool_name`:
-characters the Messages API does not allow in a tool name become ``_``, a name longer
-than 64 characters is cut and ends in a hash of the tool's own name). A tool whose name
-is valid as it is always keeps it; a changed name that clashes with another gets the hash
-too; only a tool listed twice under one name is left out. Every change is logged.
-
-Processes. A stdio server runs inside the sandbox for its whole life
-(:mod:`adapters.mcp_stdio`): its folder the only writable place, no network unless its
-table says ``network = true``; plainly with ``sandbox = "off"``. Where no sandbox can be
-built it is not started at all, and each call of one of its tools answers why.
-
-Connections. One supervisor task per server connects, lists the server's tools, then
-waits until the connection is lost (the process exits, an HTTP request or a ping fails)
-and connects again after a pause: ``retry_first`` (1 s) at first, doubling up to
-``retry_max`` (60 s) while attempts fail or connections drop again within
-``stable_after`` (30 s); a connection that stayed up that long starts the rhythm afresh.
-The next call to one of its tools cuts a pause short. A server that cannot be started
-does not stop anything: it is logged, retried in that rhythm, and its group is not
-offered until it has answered once (its tools are unknown until then). Once listed, a
-server's tools stay offered while it is away, so a session's loaded tools do not vanish;
-a call then waits at most ``connect_timeout`` for the connection.
-
-Calls. :meth:`McpTools.execute` (blocking, from any thread) never raises and never
-hangs: a call gets ``call_timeout`` seconds, after which the server is sent a
-cancellation for it (best effort). While a call waits, the server is pinged every
-``ping_interval`` seconds: the SDK does not fail a streamable HTTP request whose server
-died (it keeps trying to resume the response stream), so a ping that fails is what ends
-the connection. A connection lost during a call is an error result saying the call may
-or may not have run, and the call is never sent again by itself. Only a call that
-certainly did not reach the server (the connection was already closed, the HTTP server
-refused the connection, or it no longer knew the session) is sent once more on a fresh
-connection. Text blocks of a result are returned as they are, other blocks described in
-a line; ``isError`` becomes ``is_error``; a result that does not match the tool's output
-schema is an error result that says the tool ran.
-
-:class:`WithMcpTools` serves the built-in tools and the MCP groups through the one
-``ToolExecutor`` port. Every call still goes through the gatekeeper first: the session
-asks it before running any tool (docs/security.md, "MCP tools").
-"""
+"""``McpTools``: one long-lived connection per MCP server on a loop of its own,
+reconnected after a failure; calls that never hang (see the package's docstring)."""
 
 from __future__ import annotations
 
@@ -50,11 +7,9 @@ import asyncio
 import concurrent.futures
 import contextlib
 import copy
-import hashlib
 import json
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Iterable
@@ -70,75 +25,53 @@ from mcp.shared.exceptions import McpError
 from mcp.shared.message import SessionMessage
 
 from actors.gatekeeper.security.action import ReadOnlyTools
-from actors.ports import Grant, ToolExecutor, ToolOutput
+from actors.ports import ToolOutput
 from adapters.config import McpServer, McpSettings
-from adapters.mcp_stdio import refusal, stdio_parameters
+from adapters.mcp_tools.naming import (
+    SEPARATOR,
+    McpTool,
+    group_name,
+    name_tools,
+)
+from adapters.mcp_tools.results import (
+    DEFAULT_MAX_OUTPUT_CHARS,
+    describe_error,
+    render_result,
+    schema_problem,
+)
+from adapters.mcp_tools.stdio import refusal, stdio_parameters
 from adapters.sandbox import Sandbox
 from adapters.tools.shell import NO_SANDBOX, Unconfined
-from events.sandbox import SandboxProfile
 
 log = logging.getLogger(__name__)
 
-#: What the Messages API accepts as a tool name.
-TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-#: Between a server's name and its tool's name.
-SEPARATOR = "__"
-#: A server's tool group is ``mcp_<server>``.
-GROUP_PREFIX = "mcp_"
+
 #: Seconds before the first retry of a server that could not be reached; it doubles up
 #: to :data:`RETRY_MAX`.
 RETRY_FIRST = 1.0
+
+
 RETRY_MAX = 60.0
+
+
 #: Seconds a connection must stay up before a loss starts the retry rhythm afresh.
 STABLE_AFTER = 30.0
+
+
 #: Seconds between two pings of a server while a call to it waits.
 PING_INTERVAL = 5.0
+
+
 #: Most seconds spent sending the cancellation of a call that timed out.
 CANCEL_GRACE = 5.0
-#: Hex digits of the hash that ends a shortened or disambiguated tool name.
-NAME_HASH = 8
-#: Most characters of a result returned to the model.
-DEFAULT_MAX_OUTPUT_CHARS = 30_000
+
+
 #: Most pages of ``tools/list`` read from one server.
 MAX_TOOL_PAGES = 50
+
+
 #: Seconds :meth:`McpTools.stop` lets connections close before cancelling them.
 STOP_GRACE = 5.0
-
-
-def group_name(server: str) -> str:
-    """The tool group of ``server``."""
-    return f"{GROUP_PREFIX}{server}"
-
-
-def tool_name(server: str, tool: str) -> str | None:
-    """``<server>__<tool>`` with characters the Messages API refuses replaced by ``_``,
-    and, when that is longer than 64 characters, cut to end in ``_`` and a hash of
-    ``tool`` (:func:`hashed_name`). None for an empty ``tool`` (or a ``server`` that is not
-    a valid name itself)."""
-    if not tool:
-        return None
-    name = f"{server}{SEPARATOR}{re.sub(r'[^A-Za-z0-9_-]', '_', tool)}"
-    if len(name) > 64:
-        name = hashed_name(name, tool)
-    return name if TOOL_NAME.match(name) else None
-
-
-def hashed_name(name: str, tool: str) -> str:
-    """``name`` cut so that ``_`` and the first :data:`NAME_HASH` hex digits of the
-    SHA-256 of ``tool`` (the server's own name, so the result is stable) fit in 64."""
-    suffix = "_" + hashlib.sha256(tool.encode("utf-8")).hexdigest()[:NAME_HASH]
-    return name[:64 - len(suffix)] + suffix
-
-
-class McpTool(NamedTuple):
-    """One tool of an MCP server: the name the model calls, its server, the server's own
-    name for it, its Messages API definition and its output schema (None if it has none)."""
-
-    name: str
-    server: str
-    remote: str
-    definition: dict[str, Any]
-    output_schema: dict[str, Any] | None = None
 
 
 class McpServerStatus(NamedTuple):
@@ -223,7 +156,7 @@ class McpTools:
     :meth:`start` starts the loop and connects every server in the background;
     :meth:`wait_ready` waits for each server's first attempt; :meth:`stop` closes every
     connection (stdio servers' processes end with it); a stopped manager stays stopped.
-    ``sandbox``: what stdio servers run in (:mod:`adapters.mcp_stdio`; by default none
+    ``sandbox``: what stdio servers run in (:mod:`adapters.mcp_tools.stdio`; by default none
     can be built, so they are not started).
     ``log_dir`` receives each stdio server's standard error as ``mcp-<name>.log``
     (default: discarded). A stdio server without a ``cwd`` runs in the folder that was
@@ -730,58 +663,6 @@ def _gone(exc: McpError) -> bool:
     return exc.error.code == types.CONNECTION_CLOSED or _session_terminated(exc)
 
 
-def name_tools(server: str, listed: Iterable[types.Tool]) -> dict[str, McpTool]:
-    """The tools a server listed under their namespaced names (module docstring): names
-    valid as they are first, so a changed name never takes one of theirs; a changed name
-    that is taken gets a hash (:func:`hashed_name`); what still clashes is left out.
-    Every change and omission is logged."""
-    tools: dict[str, McpTool] = {}
-    marked = [(not TOOL_NAME.match(f"{server}{SEPARATOR}{t.name}"), t) for t in listed]
-    for changed, tool in sorted(marked, key=lambda pair: pair[0]):  # stable: list order kept
-        name = tool_name(server, tool.name)
-        if name is None:
-            log.warning("MCP server %s: a tool without a usable name (%r) is left out",
-                        server, tool.name)
-            continue
-        if changed and name in tools:
-            name = hashed_name(name, tool.name)
-        if name in tools:
-            log.warning("MCP server %s: tool %r is left out: its name %s is taken by %r",
-                        server, tool.name, name, tools[name].remote)
-            continue
-        if name != f"{server}{SEPARATOR}{tool.name}":
-            log.info("MCP server %s: tool %r is offered as %s", server, tool.name, name)
-        tools[name] = _define(server, name, tool)
-    return tools
-
-
-def _define(server: str, name: str, tool: types.Tool) -> McpTool:
-    schema = dict(tool.inputSchema) if isinstance(tool.inputSchema, dict) else {}
-    schema.setdefault("type", "object")
-    description = tool.description or tool.title or f"{tool.name} (MCP server {server})"
-    output = tool.outputSchema if isinstance(tool.outputSchema, dict) else None
-    return McpTool(name, server, tool.name, {
-        "name": name, "description": description, "input_schema": schema}, output)
-
-
-def schema_problem(structured: dict[str, Any] | None, schema: dict[str, Any]) -> str:
-    """Why ``structured`` (a result's structured content) breaks the output ``schema``
-    ('' when it does not). ``$ref`` resolves within the schema only, as in the SDK."""
-    from jsonschema import SchemaError, ValidationError, validate
-    from referencing import Registry
-    from referencing.exceptions import Unresolvable
-
-    if structured is None:
-        return "it returned no structured content although its output schema asks for it"
-    try:
-        validate(structured, schema, registry=Registry())
-    except ValidationError as exc:
-        return f"its structured content does not match its output schema: {exc.message}"
-    except (SchemaError, Unresolvable) as exc:
-        return f"its output schema cannot be checked: {exc}"
-    return ""
-
-
 async def _finish(tasks: Iterable[asyncio.Task[Any]]) -> None:
     """Give ``tasks`` :data:`STOP_GRACE` seconds to end, then cancel what is left."""
     pending = set(tasks)
@@ -805,90 +686,3 @@ async def _forward(source: MemoryObjectReceiveStream[SessionMessage | Exception]
         pass
     finally:
         lost.set()
-
-
-def describe_error(exc: BaseException, connect_timeout: float) -> str:
-    """One line for a failed connection: the innermost error of an exception group."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    if isinstance(exc, TimeoutError):
-        return f"no answer within {connect_timeout:g} s"
-    if isinstance(exc, McpError):
-        return exc.error.message
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def render_result(result: types.CallToolResult, max_chars: int = DEFAULT_MAX_OUTPUT_CHARS
-                  ) -> ToolOutput:
-    """A tool result as the model sees it: text blocks as they are, other blocks one line
-    each, structured content as JSON when there is nothing else; cut at ``max_chars``."""
-    parts = [describe_block(block) for block in result.content]
-    if not parts and result.structuredContent is not None:
-        parts = [json.dumps(result.structuredContent, ensure_ascii=False)]
-    text = "\n".join(parts) or "(no output)"
-    if len(text) > max_chars:
-        text = (f"{text[:max_chars]}\n[output truncated: {len(text)} characters, the first "
-                f"{max_chars} shown]")
-    return ToolOutput(text, bool(result.isError))
-
-
-def describe_block(block: types.ContentBlock) -> str:
-    """A content block as text: a text block's text, else one line saying what it is."""
-    if isinstance(block, types.TextContent):
-        return block.text
-    if isinstance(block, types.ImageContent | types.AudioContent):
-        size = len(block.data) * 3 // 4
-        return f"[{block.type} block: {block.mimeType}, about {size} bytes, not shown]"
-    if isinstance(block, types.ResourceLink):
-        about = f": {block.description}" if block.description else ""
-        return f"[resource link {block.uri} ({block.name}){about}]"
-    if isinstance(block, types.EmbeddedResource):
-        resource = block.resource
-        if isinstance(resource, types.TextResourceContents):
-            return f"[resource {resource.uri}]\n{resource.text}"
-        size = len(resource.blob) * 3 // 4
-        return f"[resource {resource.uri}: {resource.mimeType or 'binary'}, about {size} " \
-               "bytes, not shown]"
-    return f"[{getattr(block, 'type', type(block).__name__)} block, not shown]"
-
-
-class WithMcpTools:
-    """The built-in tools and the MCP servers' groups as one ``ToolExecutor``: tools named
-    like an MCP server's go to :class:`McpTools`, everything else to ``builtin``."""
-
-    def __init__(self, builtin: ToolExecutor, mcp: McpTools) -> None:
-        self.builtin = builtin
-        self.mcp = mcp
-
-    def groups(self) -> dict[str, str]:
-        """The built-in groups, then one per MCP server that has listed its tools."""
-        return {**self.builtin.groups(), **self.mcp.groups()}
-
-    def group_of(self, tool: str) -> str | None:
-        """The group holding ``tool``, built-in or MCP."""
-        if self.mcp.owns(tool):
-            return self.mcp.group_of(tool)
-        return self.builtin.group_of(tool)
-
-    def definitions(self, groups: Iterable[str] | None = None) -> list[dict[str, Any]]:
-        """The tools of ``groups`` (all when None): built-in ones first. A group nobody
-        knows (an MCP server no longer configured) has no tools."""
-        if groups is None:
-            return self.builtin.definitions(None) + self.mcp.definitions(None)
-        wanted = [groups] if isinstance(groups, str) else list(groups)
-        builtin = [g for g in wanted if g in self.builtin.groups()]
-        return ((self.builtin.definitions(builtin) if builtin else [])
-                + self.mcp.definitions([g for g in wanted if g not in builtin]))
-
-    def sandbox_profile(self, name: str, grant: Grant) -> SandboxProfile | None:
-        """The built-in tool's containment; an MCP call runs in its server's process."""
-        return None if self.mcp.owns(name) else self.builtin.sandbox_profile(name, grant)
-
-    def execute(
-        self, name: str, tool_input: dict[str, Any], workspace: str, grant: Grant | None = None
-    ) -> ToolOutput:
-        """Run the call on whichever executor holds ``name``; never raises."""
-        if self.mcp.owns(name):
-            return self.mcp.execute(name, tool_input, workspace)
-        return self.builtin.execute(name, tool_input, workspace, grant)
