@@ -194,7 +194,15 @@ class Snapshots(Protocol):
         cannot be read."""
         ...
 
-    def restore(self, snapshot: Snapshot) -> list[str]: ...
+    def check(self, snapshot: Snapshot, root: str) -> None:
+        """Raise ``OSError`` if restoring ``snapshot`` beneath ``root`` would leave it;
+        changes nothing."""
+        ...
+
+    def restore(self, snapshot: Snapshot, root: str) -> list[str]:
+        """Put the snapshot's paths back, beneath the folder ``root`` only (a path or a
+        symlink leading out of it raises ``OSError``); returns the paths."""
+        ...
 
 
 # --- bus ----------------------------------------------------------------------------------

@@ -9,9 +9,13 @@ then the session's only writer.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import msgspec
+
+from actors.paths import inside
 from actors.ports import Snapshot, Snapshots
 from events.messages import RestoredPath
 from events.session import Session
@@ -35,21 +39,53 @@ def changes_to_undo(events: Sequence[Any], to_version: int | None) -> list[Any]:
     return [e for e in taken if e.originator_version > to_version]
 
 
+BLOB = re.compile(r"\d{4}")
+"""The name of a copy in a snapshot's folder."""
+
+
+def checked(snapshot: Snapshot, event: Any, root: str) -> Snapshot:
+    """The snapshot read from ``event``'s folder, as the store recorded it: its copies in
+    that folder (whatever folder the manifest names), only the paths the event lists,
+    each inside ``root``, each copy named as :class:`SnapshotStore` names them. Raises
+    :class:`UndoError` naming what does not match (a manifest edited on disk)."""
+    recorded = set(event.paths)
+    for entry in snapshot.entries:
+        if entry.path not in recorded or not inside(entry.path, root):
+            raise UndoError(f"the snapshot in {event.folder} names {entry.path!r}, which "
+                            "its call did not change; nothing was restored")
+        named = entry.blob == "" if entry.kind == "absent" else (
+            entry.kind in ("file", "dir", "symlink") and BLOB.fullmatch(entry.blob))
+        if not named:
+            raise UndoError(f"the snapshot in {event.folder} has an entry that is not a "
+                            "copy it made; nothing was restored")
+    return msgspec.structs.replace(snapshot, folder=event.folder)
+
+
 def undo_files(session: Session, events: Sequence[Any], to_version: int | None,
-               snapshots: Snapshots, save: Callable[[Session], object]) -> list[RestoredPath]:
+               snapshots: Snapshots, save: Callable[[Session], object],
+               root: str) -> list[RestoredPath]:
     """Undo as :func:`changes_to_undo` picks, on ``session`` (whose stored ``events`` they
-    are); ``save`` stores the session. Returns what was put back, in the order it was;
-    raises :class:`UndoError` before touching anything when a snapshot cannot be read."""
+    are), beneath the workspace ``root``; ``save`` stores the session. Returns what was
+    put back, in the order it was; raises :class:`UndoError` before touching anything
+    when a snapshot cannot be read or does not match what was recorded."""
     chosen = changes_to_undo(events, to_version)
     if not chosen:
         return []
     read: list[tuple[Any, Snapshot]] = []
     for event in reversed(chosen):  # newest first, so the oldest state wins
         try:
-            read.append((event, snapshots.read(event.folder)))
+            snapshot = snapshots.read(event.folder)
         except (OSError, ValueError) as exc:
             raise UndoError(f"the snapshot in {event.folder} cannot be read ({exc}); "
                             "nothing was restored") from None
+        snapshot = checked(snapshot, event, root)
+        try:
+            snapshots.check(snapshot, root)
+        except OSError as exc:
+            raise UndoError(f"the snapshot in {event.folder} would be restored outside the "
+                            f"workspace {root} ({exc.strerror or exc}); nothing was "
+                            "restored") from None
+        read.append((event, snapshot))
     session.record_restore(
         snapshot_ids=[e.snapshot_id for e in chosen],
         to_version=to_version if to_version is not None else chosen[0].originator_version - 1,
@@ -58,7 +94,11 @@ def undo_files(session: Session, events: Sequence[Any], to_version: int | None,
     save(session)
     restored: list[RestoredPath] = []
     for event, snapshot in read:
-        snapshots.restore(snapshot)
+        try:
+            snapshots.restore(snapshot, root)
+        except OSError as exc:  # the workspace changed since the check: stop there
+            raise UndoError(f"restoring {event.folder} stopped: {exc}; the undo is "
+                            "recorded, but files after that one were not put back") from None
         restored += [RestoredPath(path=entry.path, removed=entry.kind == "absent",
                                   before=event.originator_version)
                      for entry in snapshot.entries]

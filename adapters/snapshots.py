@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from pathlib import Path
 
 import msgspec
 
 from actors.ports import Snapshot, SnapshotEntry
+from adapters.tools.beneath import (
+    closing_fd,
+    mkdirs_beneath,
+    open_beneath,
+    open_root,
+    split_beneath,
+)
 
 MANIFEST = "manifest.json"
+_FOLDER = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY
 
 
 class SnapshotStore:
@@ -29,7 +38,9 @@ class SnapshotStore:
         """Copy every existing path (files and folders; symlinks as links) and note the
         missing ones. Paths are absolute."""
         folder = self.root / session_id / snapshot_id
-        folder.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for private in (self.root / session_id, folder):  # copies of the user's files
+            private.mkdir(mode=0o700, exist_ok=True)
         entries: list[SnapshotEntry] = []
         for index, path in enumerate(dict.fromkeys(paths)):
             blob = f"{index:04d}"
@@ -61,26 +72,81 @@ class SnapshotStore:
         except msgspec.DecodeError as exc:
             raise ValueError(f"{os.path.join(folder, MANIFEST)}: {exc}") from None
 
-    def restore(self, snapshot: Snapshot) -> list[str]:
-        """Put every path back as it was when the snapshot was taken; returns the paths."""
+    def check(self, snapshot: Snapshot, root: str) -> None:
+        """Raise ``OSError`` (an :class:`~adapters.tools.beneath.EscapeError`) if a path of
+        the snapshot lies outside ``root``, or a folder on its way there, as it stands now,
+        leads out of it (a symlink swapped in); nothing is changed."""
+        with open_root(root) as base:
+            for entry in snapshot.entries:
+                parent, _ = split_beneath(base.relative(entry.path))
+                steps = [part for part in parent.split("/") if part not in ("", ".")]
+                for depth in range(len(steps), 0, -1):  # the deepest folder there now
+                    try:
+                        os.close(open_beneath(base, "/".join(steps[:depth]), _FOLDER))
+                        break
+                    except FileNotFoundError:
+                        continue
+
+    def restore(self, snapshot: Snapshot, root: str) -> list[str]:
+        """Put every path back as it was when the snapshot was taken, beneath the folder
+        ``root`` (the workspace): each path is resolved from ``root`` opened once, a step at
+        a time, so a folder swapped for a symlink leading out of it is refused
+        (:class:`~adapters.tools.beneath.EscapeError`), never followed. Returns the paths."""
         folder = Path(snapshot.folder)
         restored = []
-        for entry in snapshot.entries:
-            target = Path(entry.path)
-            _remove(target)
-            if entry.kind == "file":
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(folder / entry.blob, target)
-            elif entry.kind == "dir":
-                shutil.copytree(folder / entry.blob, target, symlinks=True)
-            elif entry.kind == "symlink":
-                os.symlink(os.readlink(folder / entry.blob), target)
-            restored.append(entry.path)
+        with open_root(root) as base:
+            for entry in snapshot.entries:
+                parent, name = split_beneath(base.relative(entry.path))
+                with closing_fd(mkdirs_beneath(base, parent)) as dir_fd:
+                    _remove_at(name, dir_fd)
+                    blob = folder / entry.blob
+                    if entry.kind == "file":
+                        _copy_file_at(blob, name, dir_fd)
+                    elif entry.kind == "dir":
+                        _copy_tree_at(blob, name, dir_fd)
+                    elif entry.kind == "symlink":
+                        os.symlink(os.readlink(blob), name, dir_fd=dir_fd)
+                restored.append(entry.path)
         return restored
 
 
-def _remove(path: Path) -> None:
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.is_dir():
-        shutil.rmtree(path)
+def _remove_at(name: str, dir_fd: int) -> None:
+    """Remove ``name`` in the folder ``dir_fd`` (a folder with all it holds); nothing if
+    it is not there. A symlink is removed itself, never followed."""
+    try:
+        info = os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        shutil.rmtree(name, dir_fd=dir_fd)
+    else:
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def _copy_file_at(source: Path, name: str, dir_fd: int) -> None:
+    """Copy the file ``source`` to a new file ``name`` in the folder ``dir_fd``, with its
+    mode and times (created exclusively: never written through a link)."""
+    info = source.stat()
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600, dir_fd=dir_fd)
+    with os.fdopen(fd, "wb") as out, source.open("rb") as data:
+        shutil.copyfileobj(data, out)
+        os.fchmod(out.fileno(), stat.S_IMODE(info.st_mode))
+        os.utime(out.fileno(), ns=(info.st_atime_ns, info.st_mtime_ns))
+
+
+def _copy_tree_at(source: Path, name: str, dir_fd: int) -> None:
+    """Copy the folder ``source`` (symlinks as links) to a new folder ``name`` in the
+    folder ``dir_fd``, every step taken from the folder made before it."""
+    os.mkdir(name, 0o700, dir_fd=dir_fd)
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 dir_fd=dir_fd)
+    with closing_fd(fd):
+        for entry in os.scandir(source):
+            if entry.is_symlink():
+                os.symlink(os.readlink(entry.path), entry.name, dir_fd=fd)
+            elif entry.is_dir():
+                _copy_tree_at(Path(entry.path), entry.name, fd)
+            else:
+                _copy_file_at(Path(entry.path), entry.name, fd)
+        os.fchmod(fd, stat.S_IMODE(source.stat().st_mode))

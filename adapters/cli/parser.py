@@ -76,6 +76,19 @@ def event_number(value: str) -> int:
     return number
 
 
+def event_position(value: str) -> int:
+    """An argparse type: a place in a session's events, after event N (0: before the
+    first)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an event number") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(
+            f"{number} is not an event number: events count from 1 (0: before the first)")
+    return number
+
+
 def version() -> str:
     try:
         return importlib.metadata.version("tether")
@@ -280,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     undo = add("undo", "put back the files a session's tool calls changed (from the snapshots "
                "taken before each call)", cmd_undo)
     undo.add_argument("session", help="session id or name")
-    undo.add_argument("--to", type=int, metavar="EVENT",
+    undo.add_argument("--to", type=event_position, metavar="EVENT",
                       help="undo every change after this event (default: the last change)")
     audit = add("audit", "query the audit index: every tool call, who asked, what was "
                 "decided by which tier, and what happened", cmd_audit)

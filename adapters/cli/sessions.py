@@ -123,6 +123,7 @@ def _session_json(session: Any) -> dict[str, Any]:
 
 
 def cmd_undo(args: argparse.Namespace) -> int:
+    from actors.authority import may_decide, refusal_reason
     from actors.runtime import RemoteError
     from actors.undo import UndoError, undo_files
     from adapters.engine_lock import running_engine
@@ -147,13 +148,17 @@ def cmd_undo(args: argparse.Namespace) -> int:
             sid = resolve_session(app, session_rows(settings, app), args.session)
             session = app.session(sid)
             assert session is not None
+            user = getpass.getuser()
+            if not may_decide(user, session.owner, session.home_channel, settings.approvers):
+                raise ConfigError(refusal_reason(user, "undo the file changes of",
+                                                 session.name))
             if session.in_turn:
                 raise ConfigError(f"session {sid} is in the middle of a turn; undo it when "
                                   "it waits")
             store = SnapshotStore(os.path.join(settings.state_dir, "snapshots"))
             try:
                 restored = undo_files(session, app.session_events(sid), args.to, store,
-                                      app.save)
+                                      app.save, os.path.realpath(settings.workspace))
             except UndoError as exc:
                 raise ConfigError(str(exc)) from None
             except IntegrityError:

@@ -120,18 +120,23 @@ def test_only_the_owner_may_undo_while_the_engine_runs(
     assert refused and b"undo the file changes" in refused[-1].state  # and recorded
 
 
-def test_undo_with_no_engine_running_writes_the_session_itself(
+def test_undo_with_no_engine_running_writes_the_session_itself_for_its_owner(
     workspace: Path, fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host],
     watch_channel: Callable[..., Any],
 ) -> None:
-    host = make_host(fake_llm(SCRIPT))
+    host = make_host(fake_llm(SCRIPT + SCRIPT.replace("responses:\n", "")))
     channel = watch_channel(host, "test")
-    sid = run_the_calls(host, workspace, channel, "ana")
+    theirs = run_the_calls(host, workspace, channel, "ana")
+    made_by_ana = (workspace / "made.txt").read_text()
+    mine = run_the_calls(host, workspace, channel, getpass.getuser())
     undo = undoer(host, workspace)
     host.stop()  # no engine: the command is the session's only writer
 
-    out = undo(sid)
+    refused = undo(theirs)  # another user's session: not without its engine either
+    assert refused.returncode == 2 and "may not undo the file changes of" in refused.stderr
+    assert (workspace / "made.txt").read_text() == made_by_ana
 
+    out = undo(mine)
     assert out.returncode == 0, out.stderr
-    assert (workspace / "old.txt").read_text() == "keep me"
-    assert not (workspace / "made.txt").exists()
+    assert (workspace / "old.txt").read_text() == "keep me"  # as before my call
+    assert f"restored {workspace / 'made.txt'}" in out.stdout  # it was there before mine
