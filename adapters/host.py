@@ -478,6 +478,7 @@ class Host:
             app=self.app,
             folders=self.rule_folders(workspace),
             settings=self.settings.ttsr,
+            redact=self.redactor.text,
         )
         session = system.start(
             SessionActor,

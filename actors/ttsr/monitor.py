@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -100,12 +101,15 @@ class TtsrMonitorActor(TetherActor):
         app: TetherApplication,
         folders: list[tuple[str, str]],
         settings: TtsrSettings | None = None,
+        redact: Callable[[str], str] = str,
     ) -> None:
         super().__init__(system)
         self.session_id = session_id
         self.app = app
         self.folders = folders
         self.settings = settings or TtsrSettings()
+        self.redact = redact
+        """Masks secrets in a rule file's text before the session's RuleLog records it."""
         self.rule_set = RuleSet()
         self._fingerprint: tuple[tuple[str, int, int], ...] = ()
         self.matcher = StreamMatcher([])
@@ -152,7 +156,8 @@ class TtsrMonitorActor(TetherActor):
         """Record the rule files in force in the session's RuleLog when they differ from
         what it last recorded (nothing for a session that never had rules in force: none
         are while TTSR is off)."""
-        in_force = self.rule_set.sources if self.settings.enabled else []
+        in_force = [msgspec.structs.replace(source, text=self.redact(source.text))
+                    for source in self.rule_set.sources] if self.settings.enabled else []
         rule_log = self.app.rule_log(self.session_id)
         recorded = rule_log.sources if rule_log is not None else []
         if in_force == recorded:

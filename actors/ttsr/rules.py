@@ -151,6 +151,10 @@ class Rule(msgspec.Struct, frozen=True, kw_only=True):
         return False
 
 
+MAX_RULE_BYTES = 64 * 1024
+"""The largest rule file read (a rule is a trigger and a short instruction)."""
+
+
 class RuleSet(msgspec.Struct, kw_only=True):
     """The outcome of :func:`load_rules`: the usable rules in priority order, one warning
     per skipped file (naming the file and the reason), and one note per rule shadowed by
@@ -254,6 +258,10 @@ def load_rules(folders: list[str] | list[tuple[str, str]]) -> RuleSet:
             result.warnings.append(f"{directory}: cannot list rule folder: {exc}")
             continue
         for path in files:
+            problem = _file_problem(path, directory)
+            if problem:
+                result.warnings.append(f"{path}: skipped: {problem}")
+                continue
             try:
                 text = path.read_text(encoding="utf-8")
                 rule = parse_rule_text(text, path, origin)
@@ -271,6 +279,21 @@ def load_rules(folders: list[str] | list[tuple[str, str]]) -> RuleSet:
             result.rules.append(rule)
             result.sources.append(RuleSource(path=str(path), origin=origin, text=text))
     return result
+
+
+def _file_problem(path: Path, folder: Path) -> str:
+    """Why the rule file ``path`` in ``folder`` is not read, or "": one larger than
+    :data:`MAX_RULE_BYTES` (each session records the text of its rules), or a symlink that
+    leads out of its folder (a workspace's rules may come with a cloned repository)."""
+    try:
+        if path.is_symlink() and path.resolve().parent != folder.resolve():
+            return "a symlink leading out of its folder"
+        size = path.stat().st_size
+    except OSError as exc:
+        return f"cannot read: {exc}"
+    if size > MAX_RULE_BYTES:
+        return f"{size:,} bytes: a rule file may hold at most {MAX_RULE_BYTES:,}"
+    return ""
 
 
 def rules_from_sources(sources: list[RuleSource]) -> RuleSet:

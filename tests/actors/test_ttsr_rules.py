@@ -419,3 +419,17 @@ def test_a_recorded_source_that_no_longer_parses_is_skipped_with_a_warning() -> 
     broken = RuleSource(path="/gone/x.md", origin="user", text="no front matter")
     result = rules_from_sources([broken])
     assert result.rules == [] and result.warnings and "/gone/x.md" in result.warnings[0]
+
+
+def test_a_huge_file_and_a_link_out_of_the_folder_are_not_read(tmp_path: Path) -> None:
+    rules, outside = tmp_path / "rules", tmp_path / "outside"
+    write_rule(rules, "ok.md", "name: ok\ntrigger: OK")
+    write_rule(rules, "huge.md", "name: huge\ntrigger: HUGE", body="x" * (64 * 1024))
+    write_rule(outside, "elsewhere.md", "name: elsewhere\ntrigger: ELSEWHERE")
+    (rules / "out.md").symlink_to(outside / "elsewhere.md")
+    (rules / "alias.md").symlink_to(rules / "ok.md")  # a link inside the folder is fine
+    loaded = load_rules([str(rules)])
+    assert [r.name for r in loaded.rules] == ["ok"]  # alias.md is a second "ok": shadowed
+    assert any("huge.md: skipped" in w and "at most 65,536" in w for w in loaded.warnings)
+    assert any("out.md: skipped: a symlink leading out" in w for w in loaded.warnings)
+    assert loaded.shadowed and "alias.md" in loaded.shadowed[0]

@@ -556,3 +556,20 @@ responses:
     rule(given, "no-clean", "Clean", "Say more.")
     done = tether("rules", "test", "--session", sid, "--rules", str(given))
     assert f"1 rule(s) (from {given})" in done.stdout and "no-clean" in done.stdout
+
+
+def test_the_recorded_rule_text_is_masked_like_everything_stored(
+    tmp_path: Path, fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host],
+    watch_channel: Callable[..., Any],
+) -> None:
+    key = "sk-ant-api03-" + "Q" * 48
+    rule(tmp_path / "rules", "no-key", "NEVER", f"Never print {key}.")
+    _, host, channel = start(fake_llm, make_host, watch_channel,
+                             'responses:\n  - blocks: [{text: "Fine."}]\n')
+    sid = say(host, "hello")
+    channel.wait_for("completed")
+    rule_log = host.app.rule_log(sid)
+    assert rule_log is not None and len(rule_log.sources) == 1
+    assert key not in rule_log.sources[0].text and "[REDACTED]" in rule_log.sources[0].text
+    stored = host.app.recorder.select_notifications(start=1, limit=10_000)
+    assert not any(key.encode() in n.state for n in stored)  # nowhere in the log
