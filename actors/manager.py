@@ -94,6 +94,10 @@ class KillAll(msgspec.Struct):
 class SessionManagerActor(TetherActor):
     """Owns the set of live session actors of this process."""
 
+    binds_message_sessions = False
+    """A request may name its session by name: the lines about one carry its resolved id,
+    given with each line (``extra``), never the name as sent."""
+
     def __init__(
         self,
         system: ActorSystem,
@@ -220,7 +224,7 @@ class SessionManagerActor(TetherActor):
                 "UndoFiles": "undo the file changes of"}.get(
             type(message).__name__, "change the conversation of")
         reason = refusal_reason(principal, what, session.name)
-        log.warning("manager: %s", reason)
+        log.warning("manager: %s", reason, extra={"session_id": session.session_id})
         self.app.save(RefusedMessage(channel="manager", user=principal, kind="not_approver",
                                      reason=reason, size=envelope.size,
                                      excerpt=type(message).__name__))
@@ -438,7 +442,7 @@ class SessionManagerActor(TetherActor):
                     self.system.forget(handle)
                 del self.finished_since[sid]
                 log.info("session %s finished over %g s ago: dropped from memory", sid,
-                         self.limits.keep_finished)
+                         self.limits.keep_finished, extra={"session_id": sid})
 
     def _refuse(
         self, message: UserMessage, refusal: Refusal, size: int, envelope: Envelope | None
@@ -483,7 +487,7 @@ class SessionManagerActor(TetherActor):
             return
         if result.error:
             log.warning("session %s did not confirm its kill (%s); stopping it", sid,
-                        result.error)
+                        result.error, extra={"session_id": sid})
         for handle in self.live.pop(sid, []):
             self.system.forget(handle)
         for envelope in self.pending_kills.pop(sid, []):

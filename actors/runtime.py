@@ -85,6 +85,9 @@ class TetherActor(pykka.ThreadingActor):
 
     session_id: str = ""
     """The one session this actor works for ("" for an actor shared by sessions)."""
+    binds_message_sessions = True
+    """Whether a shared actor's log lines carry the ``session_id`` of the message it
+    handles (off where a message may name a session by name rather than id)."""
 
     def __init__(self, system: ActorSystem) -> None:
         super().__init__()
@@ -123,7 +126,8 @@ class TetherActor(pykka.ThreadingActor):
                     error="actor_stopped", reason=f"{self.name} has stopped after failures")))
             return None
         inner = message.message if isinstance(message, Envelope) else message
-        with bound_session(self.session_id or _session_of(inner)):
+        by_message = _session_of(inner) if self.binds_message_sessions else ""
+        with bound_session(self.session_id or by_message):
             try:
                 self.handle(inner, message if isinstance(message, Envelope) else None)
             except Exception as exc:

@@ -12,7 +12,10 @@ Ctrl-C, as ``input()`` does.
 
 from __future__ import annotations
 
+import datetime
+import io
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterable, Mapping
 
@@ -46,11 +49,79 @@ class SlashCompleter(Completer):
                 yield Completion(f"/{name}", start_position=-len(before), display_meta=what)
 
 
+class PrivateFileHistory(FileHistory):
+    """prompt_toolkit's history file, kept private: every open refuses a symlink in the
+    file's place (``O_NOFOLLOW``) and anything but a regular file this user owns, and a
+    file others could read is made 0600 before it is used. A file that cannot be used so
+    is left alone: the history is then kept for this run only (with one warning)."""
+
+    def __init__(self, filename: str) -> None:
+        super().__init__(filename)
+        self.usable = True
+
+    def _open(self, flags: int) -> int:
+        fd = os.open(self.filename, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            os.close(fd)
+            raise PermissionError(f"{self.filename!s} is not a file of this user's")
+        if info.st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+        return fd
+
+    def _refuse(self, exc: OSError) -> None:
+        if self.usable:
+            self.usable = False
+            print(f"tether chat: the history {self.filename!s} is not used ({exc}); "
+                  "messages are remembered for this chat only", file=sys.stderr)
+
+    def load_history_strings(self) -> Iterable[str]:
+        try:
+            fd = self._open(os.O_RDONLY)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            self._refuse(exc)
+            return []
+        with os.fdopen(fd, "rb") as handle:
+            raw = handle.read()
+        entries: list[str] = []
+        lines: list[str] = []
+        for line_bytes in io.BytesIO(raw):  # the format FileHistory writes, line by line
+            line = line_bytes.decode("utf-8", errors="replace")
+            if line.startswith("+"):
+                lines.append(line[1:])
+            elif lines:
+                entries.append("".join(lines)[:-1])
+                lines = []
+        if lines:
+            entries.append("".join(lines)[:-1])
+        return list(reversed(entries))
+
+    def store_string(self, string: str) -> None:
+        if not self.usable:
+            return
+        try:
+            fd = self._open(os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        except OSError as exc:
+            self._refuse(exc)
+            return
+        with os.fdopen(fd, "ab") as handle:
+            lines = "".join(f"+{line}\n" for line in string.split("\n"))
+            handle.write(f"\n# {datetime.datetime.now()}\n{lines}".encode(errors="replace"))
+
+
 def _private_history(path: str) -> History:
-    """A history file created with mode 0600 (its folder 0700) before anything is written."""
-    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600))
-    return FileHistory(path)
+    """The history kept in ``path`` (:class:`PrivateFileHistory`), its folder made 0700 if
+    missing; this run's only when the folder is not this user's alone."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    info = os.stat(folder)
+    if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        print(f"tether chat: {folder} is not this user's alone; messages are remembered "
+              "for this chat only", file=sys.stderr)
+        return InMemoryHistory()
+    return PrivateFileHistory(path)
 
 
 def line_readers(

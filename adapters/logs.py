@@ -1,7 +1,8 @@
 """How a ``tether`` command logs: plain text lines, or one JSON object per line.
 
 Both go to standard error at WARNING (INFO with ``-v``). The JSON lines
-(python-json-logger) have ``time`` (ISO 8601, UTC), ``level``, ``logger`` and ``message``,
+(python-json-logger, ASCII only: no character a reader takes for a line break is written
+raw) have ``time`` (ISO 8601, UTC), ``level``, ``logger`` and ``message``,
 ``exc_info`` when a traceback is logged, and ``session_id`` on every line logged while a
 session was bound (:mod:`actors.log_context`): whatever a session's actors, its tool
 threads and its model streams log, and what shared actors log while handling a message
@@ -34,7 +35,7 @@ def configure_logging(*, verbose: bool, log_format: LogFormat = "text",
     if log_format == "json":
         handler.setFormatter(JsonFormatter(
             "%(levelname)s %(name)s %(message)s", timestamp="time",
-            rename_fields={"levelname": "level", "name": "logger"}, json_ensure_ascii=False))
+            rename_fields={"levelname": "level", "name": "logger"}))
     else:
         handler.setFormatter(logging.Formatter(TEXT))
     root = logging.getLogger()

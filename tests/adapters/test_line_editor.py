@@ -168,3 +168,33 @@ def test_sigterm_at_the_prompt_leaves_cleanly(chat: Callable[[], Pty]) -> None:
     os.kill(term.proc.pid, signal.SIGTERM)
     term.expect("continue with: tether chat --session")
     assert term.close() == 0
+
+
+def test_the_history_file_stays_private_and_never_follows_a_link(tmp_path: Path) -> None:
+    from adapters.line_editor import PrivateFileHistory, _private_history
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the victim's file\n")
+    (state / "chat_history").symlink_to(victim)  # planted before the chat runs
+    history = _private_history(str(state / "chat_history"))
+    assert list(history.load_history_strings()) == []
+    history.store_string("a secret the user typed")
+    assert victim.read_text() == "the victim's file\n"  # not written through the link
+
+    loose = state / "loose_history"
+    loose.write_text("\n# earlier\n+old message\n")
+    loose.chmod(0o666)
+    kept = PrivateFileHistory(str(loose))
+    assert list(kept.load_history_strings()) == ["old message"]
+    kept.store_string("new\nmessage")
+    assert stat.S_IMODE(loose.stat().st_mode) == 0o600
+    assert list(kept.load_history_strings()) == ["new\nmessage", "old message"]
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    in_memory = _private_history(str(shared / "chat_history"))
+    in_memory.store_string("not kept on disk")
+    assert not (shared / "chat_history").exists()

@@ -91,3 +91,16 @@ def test_serve_logs_json_lines_naming_the_session(
     about = [r for r in records if sid in str(r["message"])]
     assert any(r["level"] == "WARNING" and "mallory" in str(r["message"]) for r in about)
     assert all(r.get("session_id") == sid for r in about)  # every line about it names it
+
+
+def test_a_json_line_is_one_line_whatever_a_message_holds() -> None:
+    out = io.StringIO()
+    handler = configure_logging(verbose=True, log_format="json", stream=out)
+    try:
+        log.warning('odd: "quoted"\n{"level": "ERROR"} \u2028 split \u2029 here \x85 end')
+    finally:
+        logging.getLogger().removeHandler(handler)
+    text = out.getvalue()
+    assert text.count("\n") == 1 and len(text.splitlines()) == 1  # no separator leaks
+    [record] = lines(out)
+    assert record["level"] == "WARNING" and "\u2028" in str(record["message"])
