@@ -884,7 +884,8 @@ class SessionActor(TetherActor):
         try:
             restored = undo_files(self.session, self.app.session_events(self.session_id),
                                   message.to_version, self.snapshot_store, self.app.save,
-                                  self.config.workspace_root or self.session.workspace)
+                                  os.path.realpath(self.config.workspace_root
+                                                   or self.session.workspace))
         except UndoError as exc:
             return ErrorReply(error="undo", reason=str(exc))
         return Undone(session_id=self.session_id, restored=restored)

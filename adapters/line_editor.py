@@ -51,7 +51,8 @@ class SlashCompleter(Completer):
 
 class PrivateFileHistory(FileHistory):
     """prompt_toolkit's history file, kept private: every open refuses a symlink in the
-    file's place (``O_NOFOLLOW``) and anything but a regular file this user owns, and a
+    file's place (``O_NOFOLLOW``) and anything but a regular file this user owns with no
+    other hard link, and a
     file others could read is made 0600 before it is used. A file that cannot be used so
     is left alone: the history is then kept for this run only (with one warning)."""
 
@@ -60,11 +61,13 @@ class PrivateFileHistory(FileHistory):
         self.usable = True
 
     def _open(self, flags: int) -> int:
-        fd = os.open(self.filename, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = os.open(self.filename, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o600)  # O_NONBLOCK: a FIFO in its place cannot hang the chat
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+        if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid()
+                or info.st_nlink != 1):  # a hard link would write into another file
             os.close(fd)
-            raise PermissionError(f"{self.filename!s} is not a file of this user's")
+            raise PermissionError(f"{self.filename!s} is not a file of this user's alone")
         if info.st_mode & 0o077:
             os.fchmod(fd, 0o600)
         return fd

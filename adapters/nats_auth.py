@@ -25,10 +25,10 @@ docs/operations.md has a server configuration with the same two roles.
 
 from __future__ import annotations
 
-import getpass
 import importlib.util
 import logging
 import os
+import pwd
 import secrets
 import ssl
 from collections.abc import Iterable
@@ -135,10 +135,20 @@ def credentials_path(state_dir: str) -> str:
     return os.path.join(state_dir, CREDENTIALS_FILE)
 
 
+def effective_user() -> str:
+    """The name of the OS user this process runs as: its effective uid's, never
+    ``$USER`` or ``$LOGNAME`` (which anyone can set)."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:  # a uid with no passwd entry (some containers)
+        return str(os.geteuid())
+
+
 def local_principal() -> str | None:
-    """The OS user running this process, when it can be a principal (one subject token:
-    letters, digits, ``_`` and ``-``); None (with a warning) when it cannot."""
-    name = getpass.getuser()
+    """The OS user running this process (:func:`effective_user`), when it can be a
+    principal (one subject token: letters, digits, ``_`` and ``-``); None (with a
+    warning) when it cannot."""
+    name = effective_user()
     try:
         return check_token(name, "principal")
     except ValueError:
@@ -337,6 +347,6 @@ def client_auth(settings: Settings, role: Role) -> ClientAuth:
         return engine_auth(credentials)
     principal = local_principal()
     if principal is None:
-        raise NatsAuthError(f"the OS user name {getpass.getuser()!r} cannot be a principal "
+        raise NatsAuthError(f"the OS user name {effective_user()!r} cannot be a principal "
                             "(letters, digits, '_' and '-' only)")
     return connector_auth(credentials, principal)

@@ -124,20 +124,27 @@ def _remove_at(name: str, dir_fd: int) -> None:
 
 
 def _copy_file_at(source: Path, name: str, dir_fd: int) -> None:
-    """Copy the file ``source`` to a new file ``name`` in the folder ``dir_fd``, with its
-    mode and times (created exclusively: never written through a link)."""
-    info = source.stat()
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600, dir_fd=dir_fd)
-    with os.fdopen(fd, "wb") as out, source.open("rb") as data:
-        shutil.copyfileobj(data, out)
-        os.fchmod(out.fileno(), stat.S_IMODE(info.st_mode))
-        os.utime(out.fileno(), ns=(info.st_atime_ns, info.st_mtime_ns))
+    """Copy the file ``source`` (a regular file, opened without following a link) to a
+    new file ``name`` in the folder ``dir_fd``, with its mode and times (created
+    exclusively: never written through a link)."""
+    src = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(src, "rb") as data:
+        info = os.fstat(data.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{source} is not a copy the snapshot made")
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        with os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(data, out)
+            os.fchmod(out.fileno(), stat.S_IMODE(info.st_mode))
+            os.utime(out.fileno(), ns=(info.st_atime_ns, info.st_mtime_ns))
 
 
 def _copy_tree_at(source: Path, name: str, dir_fd: int) -> None:
     """Copy the folder ``source`` (symlinks as links) to a new folder ``name`` in the
     folder ``dir_fd``, every step taken from the folder made before it."""
+    if source.is_symlink() or not source.is_dir():
+        raise OSError(f"{source} is not a copy the snapshot made")
     os.mkdir(name, 0o700, dir_fd=dir_fd)
     fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                  dir_fd=dir_fd)

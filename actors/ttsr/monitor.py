@@ -147,7 +147,7 @@ class TtsrMonitorActor(TetherActor):
         self._fingerprint = fingerprint(self.folders)
         self.rule_set = load_rules(list(self.folders))
         for warning in self.rule_set.warnings:
-            log.warning("TTSR: %s", warning)
+            log.warning("TTSR: %s", self.redact(warning))  # a warning may quote a value
         self.matcher = StreamMatcher(self.rules, window=self.settings.window)
         self.policy.set_rules(self.rules)
         self._record_rules()

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import fnmatch
 import html
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Literal
 
@@ -153,6 +155,10 @@ class Rule(msgspec.Struct, frozen=True, kw_only=True):
 
 MAX_RULE_BYTES = 64 * 1024
 """The largest rule file read (a rule is a trigger and a short instruction)."""
+MAX_RULE_FILES = 100
+"""The most rule files a session loads, from all its folders."""
+MAX_RULES_BYTES = 1024 * 1024
+"""The most text a session's rule files may hold in all (each session records it)."""
 
 
 class RuleSet(msgspec.Struct, kw_only=True):
@@ -238,12 +244,15 @@ def load_rules(folders: list[str] | list[tuple[str, str]]) -> RuleSet:
     folders win: a rule whose name was already loaded is shadowed (noted in ``shadowed``).
     A missing folder gives no rules. A file with unreadable text, no or bad front matter,
     no trigger, a trigger that does not compile (or matches the empty string), a bad scope
-    or a bad setting is skipped with a warning naming the file and the reason. Never raises
-    for a bad rule file.
+    or a bad setting is skipped with a warning naming the file and the reason; so is one
+    :func:`read_rule_file` will not read, and any past :data:`MAX_RULE_FILES` or
+    :data:`MAX_RULES_BYTES` in all. A workspace's folder (origin ``workspace``) that leads
+    out of its workspace through a link is not read. Never raises for a bad rule file.
     """
     result = RuleSet()
     by_name: dict[str, Rule] = {}
     seen_folders: set[str] = set()
+    total = 0
     for entry in folders:
         origin, folder = entry if isinstance(entry, tuple) else ("", entry)
         if not folder or folder in seen_folders:
@@ -252,18 +261,23 @@ def load_rules(folders: list[str] | list[tuple[str, str]]) -> RuleSet:
         directory = Path(folder)
         if not directory.is_dir():
             continue
+        if origin == "workspace" and not _stays_in_workspace(directory):
+            result.warnings.append(f"{directory}: skipped: a link leads it out of its "
+                                   "workspace")
+            continue
         try:
             files = sorted(p for p in directory.glob("*.md") if p.is_file())
         except OSError as exc:
             result.warnings.append(f"{directory}: cannot list rule folder: {exc}")
             continue
         for path in files:
-            problem = _file_problem(path, directory)
-            if problem:
-                result.warnings.append(f"{path}: skipped: {problem}")
+            if len(result.sources) >= MAX_RULE_FILES or total >= MAX_RULES_BYTES:
+                result.warnings.append(f"{path}: skipped: {len(result.sources)} rule files "
+                                       f"({total:,} bytes) are loaded already, the most "
+                                       "a session takes")
                 continue
             try:
-                text = path.read_text(encoding="utf-8")
+                text = read_rule_file(path, directory)
                 rule = parse_rule_text(text, path, origin)
             except (OSError, UnicodeDecodeError) as exc:
                 result.warnings.append(f"{path}: skipped: cannot read: {exc}")
@@ -278,22 +292,42 @@ def load_rules(folders: list[str] | list[tuple[str, str]]) -> RuleSet:
             by_name[rule.name] = rule
             result.rules.append(rule)
             result.sources.append(RuleSource(path=str(path), origin=origin, text=text))
+            total += len(text.encode())
     return result
 
 
-def _file_problem(path: Path, folder: Path) -> str:
-    """Why the rule file ``path`` in ``folder`` is not read, or "": one larger than
-    :data:`MAX_RULE_BYTES` (each session records the text of its rules), or a symlink that
-    leads out of its folder (a workspace's rules may come with a cloned repository)."""
+def _stays_in_workspace(rules: Path) -> bool:
+    """Whether a workspace's ``<workspace>/.tether/rules`` folder, followed through any
+    link, is still inside the workspace."""
     try:
-        if path.is_symlink() and path.resolve().parent != folder.resolve():
-            return "a symlink leading out of its folder"
-        size = path.stat().st_size
-    except OSError as exc:
-        return f"cannot read: {exc}"
-    if size > MAX_RULE_BYTES:
-        return f"{size:,} bytes: a rule file may hold at most {MAX_RULE_BYTES:,}"
-    return ""
+        real, workspace = rules.resolve(), rules.parent.parent.resolve()
+    except OSError:
+        return False
+    return real == workspace or workspace in real.parents
+
+
+def read_rule_file(path: Path, folder: Path) -> str:
+    """The text of the rule file ``path`` in ``folder``, read once from one descriptor.
+
+    Refused (``ValueError``, the reason): a link leading out of the folder, anything but a
+    regular file, a file with another hard link (another file's text), more than
+    :data:`MAX_RULE_BYTES`. ``OSError`` or ``UnicodeDecodeError`` when it cannot be read.
+    """
+    real = path.resolve()
+    if real.parent != folder.resolve():
+        raise ValueError("a symlink leading out of its folder")
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_nlink != 1:
+            raise ValueError("a hard link (the text of another file)")
+        data = handle.read(MAX_RULE_BYTES + 1)
+    if len(data) > MAX_RULE_BYTES:
+        raise ValueError(f"more than {MAX_RULE_BYTES:,} bytes: a rule file may hold at most "
+                         f"{MAX_RULE_BYTES:,}")
+    return data.decode("utf-8")
 
 
 def rules_from_sources(sources: list[RuleSource]) -> RuleSet:

@@ -127,6 +127,7 @@ def cmd_undo(args: argparse.Namespace) -> int:
     from actors.runtime import RemoteError
     from actors.undo import UndoError, undo_files
     from adapters.engine_lock import running_engine
+    from adapters.nats_auth import effective_user
     from adapters.snapshots import SnapshotStore
     from events.messages import UndoFiles, Undone
 
@@ -148,7 +149,7 @@ def cmd_undo(args: argparse.Namespace) -> int:
             sid = resolve_session(app, session_rows(settings, app), args.session)
             session = app.session(sid)
             assert session is not None
-            user = getpass.getuser()
+            user = effective_user()
             if not may_decide(user, session.owner, session.home_channel, settings.approvers):
                 raise ConfigError(refusal_reason(user, "undo the file changes of",
                                                  session.name))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -433,3 +434,28 @@ def test_a_huge_file_and_a_link_out_of_the_folder_are_not_read(tmp_path: Path) -
     assert any("huge.md: skipped" in w and "at most 65,536" in w for w in loaded.warnings)
     assert any("out.md: skipped: a symlink leading out" in w for w in loaded.warnings)
     assert loaded.shadowed and "alias.md" in loaded.shadowed[0]
+
+
+def test_hard_links_a_workspace_folder_led_out_and_too_many_files_are_not_read(
+        tmp_path: Path) -> None:
+    from actors.ttsr.rules import MAX_RULE_FILES
+
+    ws, elsewhere = tmp_path / "ws", tmp_path / "elsewhere"
+    write_rule(elsewhere / "rules", "far.md", "name: far\ntrigger: FAR")
+    (ws / ".tether").mkdir(parents=True)
+    (ws / ".tether" / "rules").symlink_to(elsewhere / "rules")  # came with a clone
+    led_out = load_rules([("workspace", str(ws / ".tether" / "rules"))])
+    assert led_out.rules == [] and "leads it out of its workspace" in led_out.warnings[0]
+
+    rules = tmp_path / "rules"
+    write_rule(rules, "a.md", "name: a\ntrigger: AAA")
+    os.link(rules / "a.md", tmp_path / "other-name.md")
+    linked = load_rules([str(rules)])
+    assert linked.rules == [] and "a hard link" in linked.warnings[0]
+
+    many = tmp_path / "many"
+    for i in range(MAX_RULE_FILES + 3):
+        write_rule(many, f"r{i:03d}.md", f"name: r{i:03d}\ntrigger: R{i:03d}X")
+    capped = load_rules([str(many)])
+    assert len(capped.rules) == MAX_RULE_FILES and len(capped.warnings) == 3
+    assert "the most a session takes" in capped.warnings[0]

@@ -198,3 +198,18 @@ def test_the_history_file_stays_private_and_never_follows_a_link(tmp_path: Path)
     in_memory = _private_history(str(shared / "chat_history"))
     in_memory.store_string("not kept on disk")
     assert not (shared / "chat_history").exists()
+
+
+def test_a_fifo_or_a_hard_link_in_the_history_s_place_is_left_alone(tmp_path: Path) -> None:
+    from adapters.line_editor import PrivateFileHistory
+
+    fifo = tmp_path / "fifo_history"
+    os.mkfifo(fifo)
+    assert list(PrivateFileHistory(str(fifo)).load_history_strings()) == []  # no hang
+    other = tmp_path / "other.txt"
+    other.write_text("another file of the user's\n")
+    linked = tmp_path / "linked_history"
+    os.link(other, linked)
+    history = PrivateFileHistory(str(linked))
+    history.store_string("typed")
+    assert other.read_text() == "another file of the user's\n"
