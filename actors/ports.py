@@ -187,7 +187,11 @@ class Snapshot(msgspec.Struct, frozen=True):
 class Snapshots(Protocol):
     """Takes snapshots before a call changes files, and restores them (``tether undo``)."""
 
-    def take(self, session_id: str, snapshot_id: str, paths: list[str]) -> Snapshot: ...
+    def take(self, session_id: str, snapshot_id: str, paths: list[str],
+             root: str) -> Snapshot:
+        """Copy ``paths`` (inside the folder ``root``, never followed out of it) before a
+        call changes them; ``OSError`` when one cannot be copied so."""
+        ...
 
     def read(self, folder: str) -> Snapshot:
         """The snapshot taken into ``folder``; ``OSError`` or ``ValueError`` when it

@@ -1503,12 +1503,14 @@ class SessionActor(TetherActor):
         self.app.save(self.session)  # durable before it runs: no end means interrupted
         self.running = grant
 
+        root = os.path.realpath(self.config.workspace_root or self.session.workspace)
+
         def run() -> None:
             snapshot = None
             try:
                 if store is not None and writes:
                     # Copy what the call is about to change, so `tether undo` can put it back.
-                    snapshot = store.take(session_id, f"{generation}-{call.id}", writes)
+                    snapshot = store.take(session_id, f"{generation}-{call.id}", writes, root)
                 output = tools.execute(call.name, call.input, workspace, grant)
             except OSError as exc:
                 output = ToolOutput(f"not run: could not snapshot the files it changes: {exc}",

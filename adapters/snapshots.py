@@ -34,30 +34,31 @@ class SnapshotStore:
     def __init__(self, root: str) -> None:
         self.root = Path(root)
 
-    def take(self, session_id: str, snapshot_id: str, paths: list[str]) -> Snapshot:
+    def take(self, session_id: str, snapshot_id: str, paths: list[str],
+             root: str) -> Snapshot:
         """Copy every existing path (files and folders; symlinks as links) and note the
-        missing ones. Paths are absolute."""
+        missing ones. Paths are absolute and inside the folder ``root`` (the workspace),
+        read from ``root`` opened once, a step at a time: a folder swapped for a link
+        leading out of it since the call was judged raises ``OSError``
+        (:class:`~adapters.tools.beneath.EscapeError`), and nothing outside is copied."""
         folder = self.root / session_id / snapshot_id
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         for private in (self.root / session_id, folder):  # copies of the user's files
             private.mkdir(mode=0o700, exist_ok=True)
         entries: list[SnapshotEntry] = []
-        for index, path in enumerate(dict.fromkeys(paths)):
-            blob = f"{index:04d}"
-            source = Path(path)
-            if source.is_symlink():
-                os.symlink(os.readlink(source), folder / blob)
-                kind = "symlink"
-            elif source.is_dir():
-                shutil.copytree(source, folder / blob, symlinks=True)
-                kind = "dir"
-            elif source.exists():
-                shutil.copy2(source, folder / blob)
-                kind = "file"
-            else:
-                kind = "absent"
-                blob = ""
-            entries.append(SnapshotEntry(path=path, kind=kind, blob=blob))
+        with open_root(root) as base:
+            for index, path in enumerate(dict.fromkeys(paths)):
+                blob = f"{index:04d}"
+                parent, name = split_beneath(base.relative(path))
+                try:
+                    dir_fd = open_beneath(base, parent, _FOLDER)
+                except FileNotFoundError:  # its folder is not there yet: nor is it
+                    kind = "absent"
+                else:
+                    with closing_fd(dir_fd):
+                        kind = _copy_from(name, dir_fd, folder / blob)
+                entries.append(SnapshotEntry(path=path, kind=kind,
+                                             blob="" if kind == "absent" else blob))
         snapshot = Snapshot(id=snapshot_id, folder=str(folder), entries=entries)
         (folder / MANIFEST).write_bytes(msgspec.json.encode(snapshot))
         return snapshot
@@ -108,6 +109,34 @@ class SnapshotStore:
                         os.symlink(os.readlink(blob), name, dir_fd=dir_fd)
                 restored.append(entry.path)
         return restored
+
+
+def _copy_from(name: str, dir_fd: int, target: Path) -> str:
+    """Copy ``name`` of the folder ``dir_fd`` to ``target`` (a symlink as a link, never
+    followed); its kind (``absent`` when there is nothing there)."""
+    try:
+        info = os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return "absent"
+    if stat.S_ISLNK(info.st_mode):
+        os.symlink(os.readlink(name, dir_fd=dir_fd), target)
+        return "symlink"
+    if stat.S_ISDIR(info.st_mode):
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+        with closing_fd(fd):
+            target.mkdir(mode=0o700)
+            for entry in os.scandir(fd):
+                _copy_from(entry.name, fd, target / entry.name)
+        return "dir"
+    if not stat.S_ISREG(info.st_mode):
+        raise OSError(f"{name} is not a file, a folder or a link: it cannot be snapshotted")
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                 dir_fd=dir_fd)
+    with os.fdopen(fd, "rb") as data, open(target, "xb") as out:
+        shutil.copyfileobj(data, out)
+        os.fchmod(out.fileno(), stat.S_IMODE(info.st_mode))
+    return "file"
 
 
 def _remove_at(name: str, dir_fd: int) -> None:

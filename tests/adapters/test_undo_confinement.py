@@ -29,7 +29,7 @@ class Case:
         self.session = Session(session_id="s1", name="s1", workspace=str(self.ws), model="m",
                                channel="c")
         self.paths = [str(self.ws / r) for r in relative]
-        taken = self.store.take("s1", "1-call", self.paths)
+        taken = self.store.take("s1", "1-call", self.paths, str(self.ws))
         self.folder = taken.folder
         self.session.record_snapshot(call_id="call", snapshot_id="1-call",
                                      folder=taken.folder, paths=self.paths)
@@ -56,7 +56,7 @@ def test_files_folders_links_and_new_files_come_back(tmp_path: Path) -> None:
     os.symlink("a.txt", ws / "link")
     store = SnapshotStore(str(tmp_path / "snapshots"))
     paths = [str(ws / "a.txt"), str(ws / "dir"), str(ws / "link"), str(ws / "new.txt")]
-    taken = store.take("s1", "1-call", paths)
+    taken = store.take("s1", "1-call", paths, str(ws))
     (ws / "a.txt").write_text("after")
     (ws / "dir" / "inner.txt").unlink()
     os.unlink(ws / "link")
@@ -137,3 +137,22 @@ def test_snapshot_folders_are_private(tmp_path: Path) -> None:
     case = Case(tmp_path, "notes.txt")
     for folder in (Path(case.folder), Path(case.folder).parent):
         assert folder.stat().st_mode & 0o077 == 0, folder
+
+
+def test_a_snapshot_never_copies_from_outside_the_workspace(tmp_path: Path) -> None:
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    ws.mkdir()
+    outside.mkdir()
+    (outside / "precious").write_text("VICTIM DATA")
+    os.symlink(outside, ws / "sub")  # swapped in after the call was judged
+    store = SnapshotStore(str(tmp_path / "snapshots"))
+    with pytest.raises(OSError):
+        store.take("s1", "1-call", [str(ws / "sub" / "precious")], str(ws))
+    copies = list((tmp_path / "snapshots").rglob("*"))
+    assert not any(p.is_file() and p.read_text() == "VICTIM DATA" for p in copies)
+
+    (ws / "dir").mkdir()
+    os.symlink(outside / "precious", ws / "dir" / "link")  # a link inside a copied folder
+    taken = store.take("s1", "2-call", [str(ws / "dir")], str(ws))
+    copied = Path(taken.folder) / taken.entries[0].blob / "link"
+    assert copied.is_symlink() and os.readlink(copied) == str(outside / "precious")
