@@ -24,7 +24,9 @@ __all__ = ["UndoError", "changes_to_undo", "undo_files"]
 
 
 class UndoError(Exception):
-    """The undo cannot be done (a snapshot cannot be read); nothing was restored."""
+    """The undo cannot be done: a snapshot cannot be read, does not match what was
+    recorded, or would be restored outside the workspace (nothing was restored), or the
+    workspace changed during the restore (the message says so)."""
 
 
 def changes_to_undo(events: Sequence[Any], to_version: int | None) -> list[Any]:

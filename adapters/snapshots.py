@@ -3,7 +3,11 @@
 Before an allowed call runs, the session takes a snapshot of every path the gatekeeper
 found it writes or deletes: a copy of each file (or folder) that exists, and a note of
 each that does not. ``tether undo`` restores them: copies come back, paths that did not
-exist are removed. Snapshots live under ``<state_dir>/snapshots/<session>/<id>/``.
+exist are removed. Snapshots live under ``<state_dir>/snapshots/<session>/<id>/`` (0700).
+
+Both ways, every path is resolved from the workspace opened once
+(:mod:`adapters.tools.beneath`): nothing is copied from, written to or removed in a place
+a link leads to outside the workspace.
 """
 
 from __future__ import annotations
