@@ -372,6 +372,8 @@ RULES: tuple[_Rule, ...] = (
     _token("google_api", "\\b", [_lit("AIza")], _KEY, 35),
     _token("gitlab", "\\b", [_lit("gl"), _cls("[a-z]", 2, 4), _lit("-")], _KEY, 20),
     _token("npm", "\\b", [_lit("npm_")], _ALNUM, 36, "\\b"),
+    _token("huggingface", "\\b", [_lit("hf_")], "[A-Za-z]", 34, "\\b"),
+    _token("sendgrid", "\\b", [_lit("SG.")], "[A-Za-z0-9=_\\-.]", 66),
     _token("slack_app", "\\b", [_lit("xapp-")], "[A-Za-z0-9\\-]", 10, "\\b"),
     _shaped(
         _Rule("jwt", "e", "\\b" + "".join(_full(p) for p in _JWT), "\\b" + _prefix_seq(_JWT),

@@ -52,6 +52,9 @@ GITLEAKS_SHAPES = {
     "google api key": "AIza" + "SyA1234567890abcdefghijklmnopqrstuv",
     "gitlab": "glpat-" + "abcdefghij1234567890",
     "npm": "npm_" + "abcdefghijklmnopqrstuvwxyz0123456789",
+    "huggingface": "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh",
+    "sendgrid": "SG." + "aBcDeFgHiJkLmNoPqRsTuV" + "."
+                + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789_-abcde",
     "slack app": "xapp-" + "1-A0123-456-abcdef",
     "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
            "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
@@ -71,7 +74,8 @@ def test_more_secret_shapes_are_masked_whole_and_alike_in_a_stream(name: str) ->
 
 
 def test_look_alikes_of_the_new_shapes_are_left_alone() -> None:
-    text = "skill_test_ok, AIza short, eyJust text, npm_run, glass-house"
+    text = ("skill_test_ok, AIza short, eyJust text, npm_run, glass-house, hf_short, "
+            "SG.abc, chef_hat")
     assert Redactor().text(text) == text
 
 
