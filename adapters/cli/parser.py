@@ -64,29 +64,27 @@ def iso_time(value: str) -> str:
         "2026-11, 2026-11-22, 2026-11-22T14:30 or 2026-11-22T14:30:05")
 
 
-def event_number(value: str) -> int:
-    """An argparse type: an event number (events count from 1)."""
+def _event(value: str, least: int, counting: str) -> int:
+    """``value`` as an event number of at least ``least``; else argparse's refusal,
+    saying how events count (``counting``)."""
     try:
         number = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not an event number") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(
-            f"{number} is not an event number: a session's events count from 1")
+    if number < least:
+        raise argparse.ArgumentTypeError(f"{number} is not an event number: {counting}")
     return number
+
+
+def event_number(value: str) -> int:
+    """An argparse type: an event number (events count from 1)."""
+    return _event(value, 1, "a session's events count from 1")
 
 
 def event_position(value: str) -> int:
     """An argparse type: a place in a session's events, after event N (0: before the
     first)."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an event number") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(
-            f"{number} is not an event number: events count from 1 (0: before the first)")
-    return number
+    return _event(value, 0, "events count from 1 (0: before the first)")
 
 
 def version() -> str:
