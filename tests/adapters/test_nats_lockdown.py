@@ -223,6 +223,7 @@ def test_a_connector_can_use_its_own_inbox_the_manager_and_its_channel(locked: L
         try:
             await engine.subscribe(s.inbox_for(ALICE), cb=answer)
             await engine.subscribe(s.manager_for(ALICE), cb=answer)
+            await engine.flush()  # the server holds both subscriptions before Alice asks
             channel = await alice.subscribe(s.channel_out("term"))
             await alice.flush()
             assert (await alice.request(s.inbox_for(ALICE), b"{}", timeout=5)).data == (
