@@ -1,0 +1,297 @@
+"""The session actor: the shell around the session's pure core.
+
+It feeds each message to :func:`actors.session.decide` with the time, saves the events of
+the decision in one save, then performs its effects in order: messages sent and replies,
+model calls on the bus's I/O loop (their deltas come back as messages tagged with a
+generation, so those of an aborted call are dropped), tool runs on helper threads, and
+the reads and writes of files whose answers are decided at once, before any other message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import os
+import threading
+from collections import deque
+from concurrent.futures import Future
+from typing import Any
+
+import pykka
+
+from actors.commands import resolve_dir
+from actors.model.prompt import MEMORY_FILE, append_memory, load_skills, read_workspace
+from actors.model.redact import Redactor
+from actors.ports import (
+    Clock,
+    Grant,
+    Provider,
+    Snapshot,
+    Snapshots,
+    SystemClock,
+    ToolExecutor,
+    ToolOutput,
+)
+from actors.runtime import ActorSystem, Envelope, TetherActor
+from actors.session.config import NewSession, SessionConfig
+from actors.session.decide import decide
+from actors.session.effects import (
+    Ask,
+    AskTitle,
+    CallModel,
+    CancelModel,
+    Compact,
+    Effect,
+    ReadPlan,
+    ReadSkills,
+    ReadWorkspace,
+    Reply,
+    ResolveDir,
+    RestoreFiles,
+    RunTool,
+    Send,
+    StopTool,
+    WriteMemory,
+)
+from actors.session.inputs import (
+    DirResolved,
+    MemoryWritten,
+    PlanRead,
+    Recovered,
+    Restarting,
+    SkillsRead,
+    ToolFinished,
+    WorkspaceRead,
+)
+from actors.session.pumps import pump_compaction, pump_model, pump_title
+from actors.session.state import Env, State
+from actors.undo import UndoError, undo_files
+from events.application import TetherApplication
+from events.forest import Forest
+from events.messages import ErrorReply, Undone
+from events.session import Session
+
+log = logging.getLogger("actors.session")
+
+PLAN_READ_LIMIT = 200_000
+"""Characters of the plan file read for a plan review."""
+
+
+class SessionActor(TetherActor):
+    """The agent loop of one session."""
+
+    def __init__(
+        self,
+        system: ActorSystem,
+        *,
+        session_id: str,
+        app: TetherApplication,
+        provider: Provider,
+        tools: ToolExecutor,
+        config: SessionConfig,
+        new: NewSession | None = None,
+        redactor: Redactor | None = None,
+        snapshots: Snapshots | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        super().__init__(system)
+        self.session_id = session_id
+        self.clock = clock or SystemClock()
+        self.app = app
+        self.provider = provider
+        self.tools = tools
+        self.config = config
+        self.new = new
+        self.snapshot_store = snapshots
+        self.env = Env(session_id=session_id, config=config, subjects=self.subjects,
+                       redactor=redactor or Redactor(), tools=tools,
+                       snapshots=snapshots is not None)
+        self.state: State | None = None
+        self.task: Future[None] | None = None
+        """The model call (or compaction) running on the bus loop."""
+        self.running: tuple[str, Grant] | None = None
+        """The call running now and its grant: setting ``cancel`` kills its processes."""
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def recover(self) -> None:
+        if self.state is not None:  # a restart: let go of what the last life left
+            self._decide(Restarting(), None)
+        session = self.app.session(self.session_id)
+        if session is None:
+            session = self._create()
+        forest = self.app.forest(self.session_id) or Forest(session_id=self.session_id)
+        self.state = State.of(self.env, session, forest, self.clock.now())
+        self._decide(Recovered(), None)
+
+    def _create(self) -> Session:
+        """Record the session the manager asked for (as configured, or as a fork)."""
+        new = self.new
+        if new is None:
+            raise LookupError(f"session {self.session_id} does not exist")
+        session = Session(session_id=self.session_id, name=new.name, workspace=new.workspace,
+                          model=self.config.model, channel=new.channel,
+                          multi_turn=new.multi_turn, budget_usd=new.budget_usd,
+                          origin=new.origin, owner=new.owner)
+        if new.fork is not None:
+            fork = new.fork
+            session.fork_from(source_id=fork.source_id, at_version=fork.at_version,
+                              history=fork.history, fired_rules=fork.fired_rules)
+        if self.config.mode != "default":
+            session.change_mode(mode=self.config.mode,
+                                auto_approve=self.config.auto_list(self.config.mode),
+                                reason="the configured starting mode")
+        self.app.save(session)
+        return session
+
+    def on_stop(self) -> None:
+        self._cancel_model()
+        self._stop_tool()  # nothing it started may outlive the engine's record of it
+
+    def on_failure_recorded(self, error: str) -> None:
+        session = self.app.session(self.session_id)
+        if session is not None:
+            session.record_actor_failure(error=error)
+            self.app.save(session)
+
+    # --- the loop -----------------------------------------------------------------------
+
+    def handle(self, message: Any, envelope: Envelope | None) -> None:
+        if isinstance(message, ToolFinished) and self.running is not None and (
+                self.running[0] == message.call_id):
+            self.running = None
+        self._decide(message, envelope)
+
+    def _decide(self, message: Any, envelope: Envelope | None) -> None:
+        """Decide ``message``, save, perform; the answers of the shell's own reads are
+        decided next, before any other message."""
+        assert self.state is not None
+        inputs: deque[Any] = deque([message])
+        while inputs:
+            decision = decide(self.state, inputs.popleft(), self.clock.now())
+            if decision.aggregates:
+                self.app.save(*decision.aggregates)
+            for effect in decision.effects:
+                answer = self._perform(effect, envelope)
+                if answer is not None:
+                    inputs.append(answer)
+
+    def _perform(self, effect: Effect, envelope: Envelope | None) -> Any:
+        """Do ``effect``; returns the input that answers it, if any."""
+        match effect:
+            case Send():
+                self.send(effect.subject, effect.message)
+            case Reply():
+                self.reply(envelope, effect.message)
+            case Ask():
+                self.ask_async(effect.subject, effect.message, effect.reply_type,
+                               tag=effect.tag, timeout=effect.timeout)
+            case CallModel():
+                request, generation = effect.request, effect.generation
+                ref, provider = self.actor_ref, self.provider
+                self.task = self.bus.spawn(
+                    lambda: pump_model(provider, request, generation, ref))
+            case Compact():
+                memory, summary, generation = effect.memory, effect.summary, effect.generation
+                ref, provider = self.actor_ref, self.provider
+                self.task = self.bus.spawn(
+                    lambda: pump_compaction(provider, memory, summary, generation, ref))
+            case AskTitle():
+                title, ref, provider = effect.request, self.actor_ref, self.provider
+                self.bus.spawn(lambda: pump_title(provider, title, ref))
+            case CancelModel():
+                self._cancel_model()
+            case RunTool():
+                self._run_tool(effect)
+            case StopTool():
+                self._stop_tool()
+            case ReadWorkspace():
+                return WorkspaceRead(read_workspace(effect.workspace))
+            case ResolveDir():
+                return DirResolved(effect.requested,
+                                   resolve_dir(effect.current, effect.requested, effect.root),
+                                   effect.user, effect.channel)
+            case ReadSkills():
+                return SkillsRead(effect.call_id,
+                                  load_skills(effect.texts, effect.names, effect.workspace))
+            case ReadPlan():
+                return PlanRead(_read_text(effect.path))
+            case WriteMemory():
+                return self._write_memory(effect)
+            case RestoreFiles():
+                self.reply(envelope, self._restore(effect))
+        return None
+
+    # --- effects that touch the world ---------------------------------------------------
+
+    def _run_tool(self, effect: RunTool) -> None:
+        """Run an allowed call on a helper thread: snapshot what it changes, then run it."""
+        call, grant, generation = effect.call, effect.grant, effect.generation
+        ref, tools, workspace = self.actor_ref, self.tools, effect.workspace
+        store, session_id, writes = self.snapshot_store, self.session_id, list(grant.writes)
+        root = os.path.realpath(effect.root)
+        wrote_plan = bool(effect.plan_file) and os.path.realpath(effect.plan_file) in writes
+        self.running = (call.id, grant)
+
+        def run() -> None:
+            snapshot: Snapshot | None = None
+            try:
+                if store is not None and writes:
+                    # Copy what the call is about to change, so `tether undo` can put it back.
+                    snapshot = store.take(session_id, f"{generation}-{call.id}", writes, root)
+                output = tools.execute(call.name, call.input, workspace, grant)
+            except OSError as exc:
+                output = ToolOutput(f"not run: could not snapshot the files it changes: {exc}",
+                                    True)
+            except Exception as exc:  # executors should not raise; never lose the turn
+                output = ToolOutput(f"tool failed: {type(exc).__name__}: {exc}", True)
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.tell(ToolFinished(generation, call.id, call.name, output, snapshot,
+                                      wrote_plan))
+
+        threading.Thread(target=contextvars.copy_context().run, args=(run,),
+                         name=f"tool-{call.id}", daemon=True).start()
+
+    def _write_memory(self, effect: WriteMemory) -> MemoryWritten:
+        """Append the facts to MEMORY.md; a file that cannot be used safely (see
+        :func:`append_memory`) is left alone with a warning."""
+        path = os.path.join(effect.workspace, MEMORY_FILE)
+        heading = f"## {effect.today.isoformat()}"
+        try:
+            added = append_memory(effect.workspace, effect.facts, effect.today)
+        except OSError as exc:
+            log.warning("session %s: memory not flushed: %s", self.session_id, exc)
+            return MemoryWritten(path, heading, error=str(exc))
+        return MemoryWritten(path, heading, added)
+
+    def _restore(self, effect: RestoreFiles) -> Undone | ErrorReply:
+        """``tether undo``: put files back and record it on the session."""
+        assert self.state is not None and self.snapshot_store is not None
+        try:
+            restored = undo_files(self.state.session, self.app.session_events(self.session_id),
+                                  effect.to_version, self.snapshot_store, self.app.save,
+                                  os.path.realpath(effect.root))
+        except UndoError as exc:
+            return ErrorReply(error="undo", reason=str(exc))
+        return Undone(session_id=self.session_id, restored=restored)
+
+    def _cancel_model(self) -> None:
+        task, self.task = self.task, None
+        if task is not None:
+            task.cancel()
+
+    def _stop_tool(self) -> None:
+        """Kill the processes of the call running now, if any."""
+        running, self.running = self.running, None
+        if running is not None:
+            running[1].cancel.set()
+
+
+def _read_text(path: str) -> str | None:
+    """The text of ``path``, or None when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(PLAN_READ_LIMIT)
+    except OSError:
+        return None

@@ -1,0 +1,71 @@
+"""Compaction's answer: the durable facts go to MEMORY.md first (written by the shell),
+then the older part of the history is replaced by its summary (both recorded), then the
+model call that waited is made."""
+
+from __future__ import annotations
+
+from actors.model.context import (
+    estimate_history_tokens,
+    parse_facts,
+    summarize_stale_results,
+    summary_text,
+)
+from actors.model.pricing import cost_usd
+from actors.session import turn as turns
+from actors.session.effects import WriteMemory
+from actors.session.inputs import CompactionDone, MemoryWritten
+from actors.session.state import Phase
+from actors.session.step import Step, log
+from events.messages import TextBlock
+from events.session import Turn
+
+
+def on_compacted(step: Step, done: CompactionDone) -> None:
+    """Have the facts written to MEMORY.md (then :func:`on_memory_written`), else replace
+    the history at once; a failed compaction is recorded and the turn goes on
+    uncompacted."""
+    turn, session = step.turn, step.session
+    plan = turn.compaction
+    if (done.generation != turn.generation or turn.phase is not Phase.COMPACTING
+            or plan is None or turn.summary is not None):
+        return
+    cost = cost_usd(step.config.model, done.usage)
+    summary = step.env.redactor.text(done.summary.strip())
+    error = done.error or ("" if summary else "the summary call answered nothing")
+    if error:
+        log.warning("session %s: compaction failed: %s", step.session_id, error)
+        session.fail_compaction(error=error, cost_usd=cost)
+        turn.compaction, turn.compaction_off = None, True
+        turns.call_model(step)
+        return
+    turn.compaction_off = plan.replaced >= len(session.history)
+    turn.summary, turn.summary_cost = summary, cost
+    facts = parse_facts(step.env.redactor.text(done.memory))
+    if facts:
+        step.effects.append(WriteMemory(session.workspace, facts, step.now.date()))
+    else:
+        _replace_history(step)
+
+
+def on_memory_written(step: Step, written: MemoryWritten) -> None:
+    """Record the facts MEMORY.md gained (none new, or a file that could not be used
+    safely, records nothing), then replace the history."""
+    if step.turn.phase is not Phase.COMPACTING or step.turn.summary is None:
+        return
+    if written.added:
+        step.session.flush_memory(path=written.path, facts=written.added,
+                                  heading=written.heading)
+    _replace_history(step)
+
+
+def _replace_history(step: Step) -> None:
+    turn, session = step.turn, step.session
+    plan, summary = turn.compaction, turn.summary
+    assert plan is not None and summary is not None
+    text = summary_text(summary)
+    after = estimate_history_tokens(summarize_stale_results(
+        [Turn("user", [TextBlock(text)]), *session.history[plan.replaced:]]))
+    session.compact_history(summary=text, replaced=plan.replaced, tokens_before=plan.tokens,
+                            tokens_after=after, budget=plan.budget, cost_usd=turn.summary_cost)
+    turn.compaction, turn.summary = None, None
+    turns.call_model(step)

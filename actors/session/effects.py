@@ -1,0 +1,151 @@
+"""What a decision asks the shell to do, and the decision itself.
+
+A decision (:func:`actors.session.decide`) changes no part of the world: it records events
+on its aggregates and lists effects. The shell saves the aggregates once, then performs
+the effects in order; the answer to an effect that reads or runs something comes back as
+an input (:mod:`actors.session.inputs`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import msgspec
+from eventsourcing.domain import Aggregate
+
+from actors.model.prompt import WorkspaceTexts
+from actors.ports import Grant, ModelRequest
+from events.messages import ToolUseBlock
+
+
+class Send(msgspec.Struct, frozen=True):
+    """Publish ``message`` on ``subject``."""
+
+    subject: str
+    message: Any
+
+
+class Reply(msgspec.Struct, frozen=True):
+    """Answer the request the decision was about."""
+
+    message: Any
+
+
+class Ask(msgspec.Struct, frozen=True):
+    """Request ``message`` on ``subject``; the answer (or the timeout) comes back as an
+    ``AskResult`` tagged ``tag``."""
+
+    subject: str
+    message: Any
+    reply_type: type
+    tag: str
+    timeout: float
+
+
+class CallModel(msgspec.Struct, frozen=True):
+    """Stream ``request``; its events come back as ``ModelDelta``/``ModelFailed``."""
+
+    request: ModelRequest
+    generation: int
+
+
+class Compact(msgspec.Struct, frozen=True):
+    """Make the memory call, then the summary call; the answers come back as
+    ``CompactionDone``."""
+
+    memory: ModelRequest
+    summary: ModelRequest
+    generation: int
+
+
+class AskTitle(msgspec.Struct, frozen=True):
+    """Ask the model for the session's title in the background (``TitleDone``)."""
+
+    request: ModelRequest
+
+
+class CancelModel(msgspec.Struct, frozen=True):
+    """Stop the model call (or compaction) running now, if any."""
+
+
+class RunTool(msgspec.Struct, frozen=True):
+    """Run an allowed call on a helper thread, after snapshotting ``grant.writes`` beneath
+    ``root`` (``ToolFinished``); ``grant.cancel`` stops it."""
+
+    call: ToolUseBlock
+    grant: Grant
+    workspace: str
+    generation: int
+    root: str
+    plan_file: str = ""
+    """In plan mode, the plan file: the shell says whether the grant writes it."""
+
+
+class StopTool(msgspec.Struct, frozen=True):
+    """Kill the processes of the call running now, if any."""
+
+
+class ReadWorkspace(msgspec.Struct, frozen=True):
+    """Read the workspace's prompt files (``WorkspaceRead``)."""
+
+    workspace: str
+
+
+class ResolveDir(msgspec.Struct, frozen=True):
+    """Find the folder ``/dir requested`` means, inside ``root`` (``DirResolved``)."""
+
+    requested: str
+    current: str
+    root: str
+    user: str
+    channel: str
+
+
+class ReadSkills(msgspec.Struct, frozen=True):
+    """Read the bodies of the skills ``names`` (``SkillsRead``)."""
+
+    call_id: str
+    texts: WorkspaceTexts
+    names: list[str]
+    workspace: str
+
+
+class ReadPlan(msgspec.Struct, frozen=True):
+    """Read the plan file (``PlanRead``)."""
+
+    path: str
+
+
+class WriteMemory(msgspec.Struct, frozen=True):
+    """Append ``facts`` to the workspace's MEMORY.md under ``today`` (``MemoryWritten``)."""
+
+    workspace: str
+    facts: list[str]
+    today: dt.date
+
+
+class RestoreFiles(msgspec.Struct, frozen=True):
+    """``tether undo``: put back the files of the calls after ``to_version`` (all when
+    None) beneath ``root``, record it, and answer the request."""
+
+    to_version: int | None
+    root: str
+
+
+Effect = (Send | Reply | Ask | CallModel | Compact | AskTitle | CancelModel | RunTool
+          | StopTool | ReadWorkspace | ResolveDir | ReadSkills | ReadPlan | WriteMemory
+          | RestoreFiles)
+
+
+class Decision(msgspec.Struct, frozen=True):
+    """What one input decided: the aggregates holding the new events (saved together,
+    before any effect), and the effects, in order."""
+
+    aggregates: list[Aggregate]
+    effects: list[Effect]
+
+    @property
+    def events(self) -> list[Any]:
+        """The new events, aggregate by aggregate, each in the order recorded."""
+        return [e for aggregate in self.aggregates for e in aggregate.pending_events]
