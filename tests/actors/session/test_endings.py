@@ -1,0 +1,100 @@
+"""How turns end and what a restart finds, decided on plain values: a kill stops what
+runs, a restart mid-turn answers every call left open, compaction writes MEMORY.md first."""
+
+from __future__ import annotations
+
+from actors.ports import ToolOutput
+from actors.session import Phase, SessionConfig
+from actors.session.effects import CallModel, CancelModel, Compact, StopTool, WriteMemory
+from actors.session.inputs import CompactionDone, MemoryWritten, Recovered, ToolFinished
+from events.messages import GenerationError, Killed, KillSession, ToolResultBlock, Usage
+from events.session import Session
+from tests.actors.session.driver import SID, Core, read_call, runs
+
+
+def test_a_kill_mid_call_stops_its_processes_and_answers_the_call() -> None:
+    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core.say("go")
+    call = read_call()
+    core.call_tools(call)
+    assert runs(core.verdict(call))
+    fed = core.feed(KillSession(session_id=SID, reason="enough"))
+    assert fed.of(StopTool) and fed.of(CancelModel)
+    assert fed.recorded(Session.ToolCallInterrupted)
+    assert fed.recorded(Session.TurnFailed)[0].kind == "killed"
+    assert core.session.status == "killed" and core.phase is Phase.IDLE
+    assert fed.sent(Killed) and fed.sent(GenerationError)[0].kind == "aborted"
+    late = core.feed(ToolFinished(core.generation, "c1", "read_file", ToolOutput("late")))
+    assert late.events == []  # what was on its way is dropped
+
+
+def test_a_restart_mid_turn_answers_every_open_call_and_fails_the_turn() -> None:
+    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core.say("go")
+    call = read_call()
+    core.call_tools(call)
+    core.verdict(call)
+    # The process stops here; a new one loads the session and recovers it.
+    fresh = Core(SessionConfig(model="m", lazy_tools=False))
+    fresh.state.session = core.session
+    fresh.state.forest = core.state.forest
+    fresh.state.mirror = core.state.mirror
+    fed = fresh.feed(Recovered())
+    (interrupted,) = fed.recorded(Session.ToolCallInterrupted)
+    assert "the engine stopped while this call ran" in interrupted.reason
+    assert fed.recorded(Session.TurnFailed)
+    assert not any(c for c in core.session.pending_tool_calls())
+
+
+def test_a_message_stored_before_a_restart_is_taken_up() -> None:
+    core = Core()
+    core.session.queue_user_message(text="waiting", channel="term", user="alice")
+    core.session.collect_events()
+    fed = core.feed(Recovered())
+    assert fed.recorded(Session.UserMessageReceived) and fed.of(CallModel)
+
+
+def compacting(core: Core) -> Compact:
+    """Long turns until the history fills 70% of the budget: the compaction asked for."""
+    for n in range(20):
+        fed = core.say(f"question {n} " + "lorem ipsum " * 600)
+        if fed.of(Compact):
+            assert not fed.of(CallModel) and core.phase is Phase.COMPACTING
+            return fed.of(Compact)[0]
+        core.answer(f"answer {n} " + "dolor sit " * 600)
+    raise AssertionError("the history never needed compacting")
+
+
+def test_compaction_writes_memory_first_then_replaces_the_history() -> None:
+    core = Core(SessionConfig(model="m", context_window=20_000))
+    compact = compacting(core)
+    answered = core.feed(CompactionDone(compact.generation, memory="- The user likes tea.",
+                                        summary="They talked about lorem ipsum.",
+                                        usage=Usage(1000, 100)))
+    (write,) = answered.of(WriteMemory)
+    assert write.facts == ["The user likes tea."] and write.today == core.now.date()
+    assert not answered.recorded(Session.HistoryCompacted)  # the memory comes first
+    done = core.feed(MemoryWritten("/work/ws/MEMORY.md", "## 2026-11-28",
+                                   ["The user likes tea."]))
+    assert done.names()[:2] == ["MemoryFlushed", "HistoryCompacted"]
+    assert done.of(CallModel)
+    assert "They talked about lorem ipsum." in str(core.session.history[0].content)
+
+
+def test_a_failed_compaction_is_recorded_and_the_call_made_uncompacted() -> None:
+    core = Core(SessionConfig(model="m", context_window=20_000))
+    compact = compacting(core)
+    fed = core.feed(CompactionDone(compact.generation, error="overloaded"))
+    assert fed.recorded(Session.CompactionFailed) and fed.of(CallModel)
+    assert not fed.of(WriteMemory)
+
+
+def test_results_of_a_killed_turn_are_never_sent_to_the_model() -> None:
+    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core.say("go")
+    call = read_call()
+    core.call_tools(call)
+    core.feed(KillSession(session_id=SID))
+    results = [b for t in core.session.history for b in t.content
+               if isinstance(b, ToolResultBlock)]
+    assert [r.tool_use_id for r in results] == ["c1"] and results[0].is_error

@@ -1,0 +1,111 @@
+"""What the session asks its chat, decided on plain values: the model's question, and
+the plan review with its answers (seed 000)."""
+
+from __future__ import annotations
+
+from actors.modes import plan_file_for
+from actors.session import Phase, SessionConfig
+from actors.session.effects import CallModel, ReadPlan
+from events.messages import (
+    InteractionSettled,
+    PlanReviewRequest,
+    QuestionRequest,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from events.session import Session
+from tests.actors.session.driver import SID, Core
+
+PLAN = "1. Read the parser.\n2. Split the lexer out of it.\n3. Run the tests after each step."
+
+
+def exit_plan_mode() -> ToolUseBlock:
+    return ToolUseBlock(id="x1", name="ExitPlanMode", input={})
+
+
+def planning(core: Core) -> None:
+    core.say("/plan")
+    core.say("plan the refactor")
+
+
+def settle(core: Core, outcome: str, answer: str = "") -> object:
+    return core.feed(InteractionSettled(
+        session_id="s1", call_id=core.state.turn.waiting_call, interaction_id="i1",
+        kind="plan_review", outcome=outcome, by="alice", answer=answer))  # type: ignore[arg-type]
+
+
+def test_exit_plan_mode_reads_the_plan_file_and_puts_it_to_review() -> None:
+    core = Core()
+    core.plan_text = PLAN
+    planning(core)
+    fed = core.call_tools(exit_plan_mode())
+    assert [r.path for r in fed.of(ReadPlan)] == [plan_file_for("/work/ws", SID)]
+    (request,) = fed.sent(PlanReviewRequest)
+    assert (request.plan, request.source) == (PLAN, "file")
+    assert fed.recorded(Session.PlanProposed) and core.phase is Phase.REVIEW
+
+
+def test_without_a_plan_file_the_streamed_reply_is_the_plan() -> None:
+    core = Core()
+    planning(core)
+    core.stream([TextBlock(PLAN), exit_plan_mode()], stop="tool_use")
+    fed = core.barrier()
+    (request,) = fed.sent(PlanReviewRequest)
+    assert request.plan == PLAN and request.source != "file"
+
+
+def test_proceed_switches_to_auto_and_starts_the_implementation_turn() -> None:
+    core = Core()
+    core.plan_text = PLAN
+    planning(core)
+    core.call_tools(exit_plan_mode())
+    fed = settle(core, "proceed")
+    assert core.session.mode == "auto"
+    assert fed.recorded(Session.PlanReviewed) and fed.recorded(Session.TurnCompleted)
+    (call,) = fed.of(CallModel)
+    assert "<plan>" in call.request.messages[-1]["content"][-1]["text"]
+
+
+def test_default_implements_in_the_default_mode() -> None:
+    core = Core()
+    core.plan_text = PLAN
+    planning(core)
+    core.call_tools(exit_plan_mode())
+    settle(core, "default")
+    assert core.session.mode == "default" and core.session.auto_approve == []
+
+
+def test_adjust_sends_the_feedback_to_the_model_as_the_call_s_result() -> None:
+    core = Core()
+    core.plan_text = PLAN
+    planning(core)
+    core.call_tools(exit_plan_mode())
+    fed = settle(core, "adjust", "also update the docs")
+    assert core.session.mode == "plan" and fed.of(CallModel)
+    result = [b for b in core.session.history[-1].content if isinstance(b, ToolResultBlock)]
+    assert "also update the docs" in result[0].content
+
+
+def test_a_review_that_expired_fails_the_turn() -> None:
+    core = Core()
+    core.plan_text = PLAN
+    planning(core)
+    core.call_tools(exit_plan_mode())
+    fed = settle(core, "expired")
+    assert fed.recorded(Session.TurnFailed) and core.phase is Phase.IDLE
+
+
+def test_a_question_is_asked_and_the_answer_becomes_the_result() -> None:
+    core = Core(SessionConfig(model="m"))
+    core.say("go")
+    call = ToolUseBlock(id="q1", name="AskUserQuestion",
+                        input={"question": "Which branch?", "options": ["main", "dev"]})
+    fed = core.call_tools(call)
+    (asked,) = fed.sent(QuestionRequest)
+    assert asked.question == "Which branch?" and core.phase is Phase.QUESTION
+    answered = core.feed(InteractionSettled(session_id="s1", call_id="q1", interaction_id="i",
+                                            kind="question", outcome="answered", by="alice",
+                                            answer="dev"))
+    result = [b for b in core.session.history[-1].content if isinstance(b, ToolResultBlock)]
+    assert result[0].content == "The user answered: dev" and answered.of(CallModel)

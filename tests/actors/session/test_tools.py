@@ -1,0 +1,158 @@
+"""The tool loop decided on plain values: each call goes to the gatekeeper, runs only when
+allowed (and still the call judged), gets a result either way, and the loop goes on."""
+
+from __future__ import annotations
+
+import math
+
+from actors.ports import ToolOutput
+from actors.runtime import AskResult
+from actors.session import Phase, SessionConfig
+from actors.session.effects import CallModel, RunTool
+from actors.session.inputs import ToolFinished
+from events.messages import (
+    ApprovalRequest,
+    InteractionSettled,
+    ToolProposal,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from events.session import Session
+from tests.actors.session.driver import Core, calls_model, read_call, runs
+
+
+def results(core: Core) -> list[ToolResultBlock]:
+    return [b for b in core.session.history[-1].content if isinstance(b, ToolResultBlock)]
+
+
+def test_a_call_is_proposed_run_when_allowed_and_its_result_sent_back() -> None:
+    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core.say("read my notes")
+    call = read_call()
+    fed = core.call_tools(call)
+    assert [p.tool for p in fed.sent(ToolProposal)] == ["read_file"]
+    assert "ToolCallProposed" in fed.names() and not runs(fed)
+    allowed = core.verdict(call)
+    assert allowed.names() == ["ToolCallDecided", "ToolCallStarted"]
+    assert [r.call.id for r in runs(allowed)] == ["c1"] and core.phase is Phase.EXECUTING
+    done = core.feed(ToolFinished(core.generation, "c1", "read_file", ToolOutput("notes")))
+    assert done.names()[0] == "ToolCallExecuted"
+    assert results(core) == [ToolResultBlock("c1", "notes")]
+    assert calls_model(done)  # the loop goes on with the result
+
+
+def test_a_denied_call_is_refused_and_the_next_one_proposed() -> None:
+    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core.say("go")
+    first, second = read_call("c1", "a"), read_call("c2", "b")
+    core.call_tools(first, second)
+    fed = core.verdict(first, "deny", reason="outside the workspace")
+    assert "ToolCallRefused" in fed.names() and not runs(fed)
+    assert [p.call_id for p in fed.sent(ToolProposal)] == ["c2"]
+
+
+def test_no_verdict_in_time_is_a_denial() -> None:
+    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core.say("go")
+    core.call_tools(read_call())
+    fed = core.feed(AskResult("verdict:c1", error="timeout"))
+    assert not runs(fed)
+    assert "the gatekeeper did not answer (timeout)" in results(core)[0].content
+
+
+def test_a_call_changed_after_it_was_judged_never_runs() -> None:
+    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core.say("go")
+    call = read_call()
+    core.call_tools(call)
+    judged_other = core.verdict(ToolUseBlock(id="c1", name="read_file",
+                                             input={"path": "/etc/shadow"}))
+    assert not runs(judged_other)
+    assert "action hash mismatch" in results(core)[0].content
+
+
+def test_an_input_that_is_not_json_is_denied_without_asking() -> None:
+    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core.say("go")
+    fed = core.call_tools(ToolUseBlock(id="c1", name="read_file", input={"n": math.nan}))
+    assert not fed.sent(ToolProposal) and not runs(fed)
+    assert "not valid JSON" in results(core)[0].content
+
+
+def test_an_escalation_asks_the_chat_and_runs_only_once_approved() -> None:
+    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core.say("go")
+    call = read_call()
+    core.call_tools(call)
+    asked = core.verdict(call, "escalate", reason="outside the usual")
+    assert [r.call_id for r in asked.sent(ApprovalRequest)] == ["c1"]
+    assert core.phase is Phase.APPROVAL and not runs(asked)
+    approved = core.feed(InteractionSettled(session_id="s1", call_id="c1", interaction_id="i1",
+                                            kind="approval", outcome="approved", by="alice"))
+    assert [r.call.id for r in runs(approved)] == ["c1"]
+    (decided,) = approved.recorded(Session.ToolCallDecided)
+    assert (decided.decision, decided.tier) == ("allow", "human")
+
+
+def test_a_denied_approval_refuses_the_call() -> None:
+    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core.say("go")
+    call = read_call()
+    core.call_tools(call)
+    core.verdict(call, "escalate")
+    denied = core.feed(InteractionSettled(session_id="s1", call_id="c1", interaction_id="i1",
+                                          kind="approval", outcome="denied", by="alice",
+                                          reason="no"))
+    assert not runs(denied) and results(core)[0].content.endswith("no")
+
+
+def test_an_answer_for_another_call_is_ignored() -> None:
+    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core.say("go")
+    call = read_call()
+    core.call_tools(call)
+    core.verdict(call, "escalate")
+    stray = core.feed(InteractionSettled(session_id="s1", call_id="other", interaction_id="i",
+                                         kind="approval", outcome="approved", by="alice"))
+    assert stray.events == [] and stray.effects == [] and core.phase is Phase.APPROVAL
+
+
+def test_the_round_limit_ends_the_turn() -> None:
+    core = Core(SessionConfig(model="m", lazy_tools=False, round_limit=1))
+    core.say("go")
+    call = read_call()
+    core.call_tools(call)
+    core.verdict(call)
+    fed = core.feed(ToolFinished(core.generation, "c1", "read_file", ToolOutput("x")))
+    assert not fed.of(CallModel)
+    assert core.session.history and "TurnCompleted" in fed.names()
+    assert core.phase is Phase.IDLE
+
+
+def test_a_stale_result_is_dropped() -> None:
+    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core.say("go")
+    call = read_call()
+    core.call_tools(call)
+    core.verdict(call)
+    stale = core.feed(ToolFinished(core.generation - 1, "c1", "read_file", ToolOutput("x")))
+    assert stale.events == [] and core.phase is Phase.EXECUTING
+
+
+def test_a_lazy_tool_used_by_name_loads_its_group() -> None:
+    core = Core()
+    core.say("go")
+    fed = core.call_tools(read_call())
+    assert "ToolsLoaded" in fed.names()
+    assert core.session.loaded_groups
+
+
+def test_ran_calls_carry_the_grant_the_verdict_gave() -> None:
+    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core.say("go")
+    call = ToolUseBlock(id="c1", name="write_file", input={"path": "a.txt", "content": "x"})
+    core.call_tools(call)
+    fed = core.verdict(call, writes=["/work/ws/a.txt"], network=False)
+    (run,) = fed.of(RunTool)
+    assert run.grant.writes == ("/work/ws/a.txt",) and not run.grant.network
+    assert run.workspace == "/work/ws"
