@@ -42,6 +42,10 @@ schema is an error result that says the tool ran.
 :class:`WithMcpTools` serves the built-in tools and the MCP groups through the one
 ``ToolExecutor`` port. Every call still goes through the gatekeeper first: the session
 asks it before running any tool (docs/security.md, "MCP tools").
+
+The package, by concern: :mod:`.manager` (``McpTools``, its loop and the port),
+:mod:`.connection` (keeping each server connected), :mod:`.calls` (one call, never
+hanging), :mod:`.naming`, :mod:`.results`, :mod:`.stdio` and :mod:`.executor`.
 """
 
 from __future__ import annotations
