@@ -3,7 +3,8 @@
 :mod:`.prompt` assembles the system prompt from the workspace, :mod:`.context` shapes
 each request (stale results, coalescing, compaction planning), :mod:`.titles` names
 sessions, :mod:`.models` and :mod:`.pricing` read the per-model table, and :mod:`.redact`
-(with :mod:`.redact_scan`) masks secrets in what streams out. All pure.
+(with :mod:`.secret_rules`, :mod:`.secret_patterns` and :mod:`.redact_scan`) masks secrets
+in what streams out. All pure.
 """
 
 from actors.model.models import DEFAULT_MODEL, MODELS, model_info

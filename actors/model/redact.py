@@ -15,12 +15,14 @@ Two entry points share one scanner, so they agree exactly:
   split of a text into deltas, ``"".join(s.feed(d) for d in deltas) + s.flush()`` equals
   ``Redactor.text(text)``.
 
-The scanner works like ``re.sub`` over one alternation of every rule (leftmost match wins; at
-one position the first rule in :data:`RULES` order, known values first). Every rule reads at
-most :data:`CAP` characters from where it starts, which bounds the hold-back: a match that
-would run longer (a private-key block without its END line, a token of thousands of
-characters) is masked in full up to the cap and then the rest of it is swallowed, piece by
-piece, until it ends.
+The scanner works like ``re.sub`` over one alternation of every rule (the credential shapes
+of :mod:`actors.model.secret_rules`, written in the vocabulary of
+:mod:`actors.model.secret_patterns`; leftmost match wins; at one position the first rule in
+``RULES`` order, known values first). Every rule reads at most
+:data:`~actors.model.secret_rules.CAP` characters from where it starts, which bounds the
+hold-back: a match that would run longer (a private-key block without its END line, a token
+of thousands of characters) is masked in full up to the cap and then the rest of it is
+swallowed, piece by piece, until it ends.
 
 Two engines give the same answers. ``re`` runs the scanner as described. ``hyperscan`` (when
 the package is importable and every locator compiles; see :mod:`actors.model.redact_scan`) first
@@ -41,41 +43,21 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from actors.model.redact_scan import (
-    BEFORE_ALNUM,
-    BEFORE_WORD,
-    SPACE,
-    Locator,
-    Scanner,
-    build,
-    caseless,
-    literal,
-)
+from actors.model.redact_scan import Locator, Scanner, build, literal
+from actors.model.secret_patterns import HEAD, lit, prefix
+from actors.model.secret_rules import CAP, RULES, Rule
 
 MASK = "[REDACTED]"
 
 MIN_SECRET = 6
 """Known secrets shorter than this are not masked (they would mask ordinary words)."""
 
-CAP = 8192
-"""The most characters a stream holds back (unless a configured secret is longer: then that
-length). No rule reads further than this from where its match starts; a longer credential is
-masked wholesale as soon as the cap is reached and the remainder is masked as it arrives."""
-
-_RUN = CAP - 320
-"""The longest run of body characters a rule matches in one piece (the rest of CAP covers the
-rule's head and tail, e.g. ``://user:`` or the private key's END line)."""
-
 HS_MIN = 24
 """Below this many characters ``re`` alone scans, even when hyperscan is available: a text, a
 stream's delta, or at a flush what the stream held. (A delta onto a long held tail stays on
 ``re`` too: the tail starts where a match could be starting, so ``re`` settles it there.)"""
-
-_HEAD = 3
-"""Characters a rule's head locator covers (see :func:`_shape`)."""
 
 MEMO = 8192
 """Stream steps a redactor remembers by default (see :class:`StreamRedactor`)."""
@@ -91,356 +73,6 @@ _VALUE_IN_PATTERN = 64
 """Known values up to this long are found as they start at the end of a buffer by the "could"
 pattern itself; longer ones by a loop (a pattern for them would nest too deep)."""
 
-
-# A tiny pattern vocabulary from which each rule's "could still be forming" pattern is built:
-# the set of every prefix of what the rule may match (assertions relaxed, so a superset).
-_Piece = tuple[Any, ...]
-
-
-def _lit(text: str, ci: bool = False) -> _Piece:
-    return ("lit", text, ci)
-
-
-def _cls(cls: str, lo: int, hi: int) -> _Piece:
-    return ("cls", cls, lo, hi)
-
-
-def _alt(*seqs: Sequence[_Piece]) -> _Piece:
-    return ("alt", seqs)
-
-
-def _full(piece: _Piece) -> str:
-    kind = piece[0]
-    if kind == "lit":
-        body = re.escape(piece[1])
-        return f"(?i:{body})" if piece[2] else body
-    if kind == "cls":
-        return f"{piece[1]}{{{piece[2]},{piece[3]}}}"
-    return "(?:" + "|".join("".join(_full(p) for p in seq) for seq in piece[1]) + ")"
-
-
-def _prefix(piece: _Piece) -> str:
-    """A pattern for every prefix (empty and whole included) of what ``piece`` matches."""
-    kind = piece[0]
-    if kind == "lit":
-        out = ""
-        for ch in reversed(piece[1]):
-            out = f"(?:{re.escape(ch)}{out})?"
-        return f"(?i:{out})" if piece[2] else out
-    if kind == "cls":
-        return f"{piece[1]}{{0,{piece[3]}}}"
-    return "(?:" + "|".join(_prefix_seq(seq) for seq in piece[1]) + ")"
-
-
-def _prefix_seq(seq: Sequence[_Piece]) -> str:
-    """Every prefix of what ``seq`` matches: the union over ``i`` of ``seq[:i]`` then a prefix
-    of ``seq[i]``, factored (``a(?:b…|prefix(b))|prefix(a)``) so that a common head is matched
-    once, not once per option (the same set of texts; "could" patterns are only used anchored
-    at the end of the buffer, where only that set matters)."""
-    out = _prefix(seq[-1])
-    for piece in reversed(seq[:-1]):
-        out = f"(?:{_full(piece)}{out}|{_prefix(piece)})"
-    return out
-
-
-# The same vocabulary gives each rule's locators (hyperscan expressions over the image of the
-# text, see actors.model.redact_scan) and the "opening" that prefilters its "could" pattern.
-_HS_BEFORE = {"": "", "\\b": BEFORE_WORD, "(?<![A-Za-z0-9])": BEFORE_ALNUM}
-
-
-def _hs_class(cls: str) -> str:
-    """A one-character pattern of the vocabulary as an image class matching at least the bytes
-    of every character it matches (ValueError for a shape not translated here)."""
-    if cls == "\\s":
-        return SPACE
-    if cls.startswith("(?i:[") and cls.endswith("])") and cls[5:-2].isalpha():
-        return "(?:" + "|".join(caseless(ch) for ch in cls[5:-2]) + ")"
-    if cls.startswith("[^") and cls.isascii() and "?" not in cls:
-        # hyperscan's \s is narrower than Python's, so the negation matches more; and "?",
-        # the image of characters above U+00FF, stays in it
-        return cls
-    if len(cls) == 1 and cls.isascii() and not cls.isalnum():
-        return re.escape(cls)
-    if cls.startswith("[") and cls.isascii() and not any(e in cls for e in ("\\s", "\\w", "\\d")):
-        return cls  # ASCII only: Python and the image agree
-    raise ValueError(f"no image class for {cls!r}")
-
-
-def _hs(piece: _Piece) -> str:
-    kind = piece[0]
-    if kind == "lit":
-        return caseless(piece[1]) if piece[2] else literal(piece[1])
-    if kind == "cls":
-        return f"{_hs_class(piece[1])}{{{piece[2]},{piece[3]}}}"
-    return "(?:" + "|".join("".join(_hs(p) for p in seq) for seq in piece[1]) + ")"
-
-
-def _longest(seq: Sequence[_Piece], shortest: bool = False) -> int:
-    """How many characters ``seq`` matches at most (at least, when ``shortest``)."""
-    total = 0
-    for piece in seq:
-        if piece[0] == "lit":
-            total += len(piece[1])
-        elif piece[0] == "cls":
-            total += piece[2] if shortest else piece[3]
-        else:
-            total += (min if shortest else max)(_longest(s, shortest) for s in piece[1])
-    return total
-
-
-def _chars(seq: Sequence[_Piece], k: int) -> list[list[tuple[str, str]]]:
-    """Every way the first ``k`` characters of what ``seq`` matches can look, as lists of
-    one-character patterns (Python, image); shorter where ``seq`` itself ends sooner."""
-    if k == 0 or not seq:
-        return [[]]
-    piece, rest = seq[0], seq[1:]
-    if piece[0] == "lit":
-        chars = [
-            (f"(?i:{re.escape(ch)})", caseless(ch)) if piece[2] else (re.escape(ch), literal(ch))
-            for ch in piece[1]
-        ]
-        if len(chars) >= k:
-            return [chars[:k]]
-        return [chars + tail for tail in _chars(rest, k - len(chars))]
-    if piece[0] == "cls":
-        one = (piece[1], _hs_class(piece[1]))
-        out: list[list[tuple[str, str]]] = []
-        for n in range(min(piece[2], k), min(piece[3], k) + 1):
-            out += [[one] * n] if n == k else [[one] * n + t for t in _chars(rest, k - n)]
-        return out
-    return [c for seq2 in piece[1] for c in _chars([*seq2, *rest], k)]
-
-
-def _word_only(pattern: str) -> bool:
-    """Whether the one-character ``pattern`` (ASCII-based) matches word characters only."""
-    return not any(
-        re.fullmatch(pattern, ch) and not (ch.isalnum() or ch == "_") for ch in map(chr, range(256))
-    )
-
-
-def _shape(
-    start: str, could: Sequence[_Piece], locate: Sequence[_Piece]
-) -> tuple[str, tuple[Locator, ...]]:
-    """A rule's opening and locators.
-
-    ``start`` is the assertion before the rule (``""``, ``\\b`` before a word character, or
-    ``(?<![A-Za-z0-9])``); every text the rule's "could" pattern matches is ``start`` then a
-    prefix of what ``could`` matches; every match of the rule is ``start`` then a text that
-    begins with what ``locate`` matches. The opening (Python) matches the first
-    :data:`_HEAD` characters of each such text, or all of one that is shorter and ends at the
-    end of the buffer. The locators: ``locate`` (a match locator) and the first :data:`_HEAD`
-    characters of ``could`` (a head locator).
-    """
-    options = _chars(could, _HEAD)
-    if start == "\\b" and not all(o and _word_only(o[0][0]) for o in options):
-        raise ValueError("a \\b start needs a word character after it")
-    if any(len(o) != _HEAD for o in options):
-        raise ValueError("every head must be at least _HEAD characters")
-    nested = []
-    for o in options:
-        out = ""
-        for py, _ in reversed(o):
-            out = f"{py}(?:\\Z|{out})" if out else py
-        nested.append(out)
-    opening = start + "(?:" + "|".join(dict.fromkeys(nested)) + ")"
-    before = _HS_BEFORE[start]
-    heads = "|".join(dict.fromkeys("".join(hs for _, hs in o) for o in options))
-    return opening, (
-        Locator(before + "".join(_hs(p) for p in locate), _longest(locate),
-                fixed=_longest(locate) == _longest(locate, shortest=True)),
-        Locator(f"{before}(?:{heads})", _HEAD, head=True),
-    )
-
-
-@dataclass(frozen=True)
-class _Rule:
-    """One credential shape.
-
-    ``pattern`` is the match (it may define ``<name>_pre`` and ``<name>_post`` groups, kept
-    around the mask, and ``<name>_cap``, set when the match stopped at the cap). ``could``
-    matches every text (from the match start to the end of the buffer) on which matching might
-    still read past the buffer's end. ``cont``/``cont_could`` are the same for the remainder of
-    a capped match, which is swallowed. ``opening`` and ``locate`` come from :func:`_shape`
-    (a rule without locators makes the redactor use ``re`` alone).
-    """
-
-    name: str
-    first: str  # every character a match can start with
-    pattern: str
-    could: str
-    cont: str | None = None
-    cont_could: str | None = None
-    lead: str = ""  # what every match starts with, more precisely than ``first`` (a regex)
-    opening: str = ""  # a necessary condition where ``could`` matches (a regex)
-    locate: tuple[Locator, ...] = ()
-
-
-def _shaped(
-    rule: _Rule, start: str, could: Sequence[_Piece], locate: Sequence[_Piece]
-) -> _Rule:
-    """``rule`` with the opening and locators :func:`_shape` gives."""
-    opening, locators = _shape(start, could, locate)
-    return replace(rule, opening=opening, locate=locators)
-
-
-def _token(
-    name: str, start: str, head: Sequence[_Piece], cls: str, lo: int, end: str = ""
-) -> _Rule:
-    """A literal-ish head then a run of ``cls`` (at least ``lo``), optionally ``end``."""
-    head_re = "".join(_full(p) for p in head)
-    lead = re.escape(head[0][1]) if head[0][0] == "lit" and not head[0][2] else ""
-    return _Rule(
-        name,
-        head[0][1][0],
-        f"{start}{head_re}(?:{cls}{{{_RUN}}}(?P<{name}_cap>)|{cls}{{{lo},{_RUN - 1}}}{end})",
-        start + _prefix_seq([*head, _cls(cls, 0, _RUN)]),
-        f"(?:{cls}{{{_RUN}}}(?P<{name}_cap>)|{cls}{{0,{_RUN - 1}}})",
-        f"{cls}{{0,{_RUN}}}",
-        lead,
-        *_shape(start, [*head, _cls(cls, 0, _RUN)], [*head, _cls(cls, lo, lo)]),
-    )
-
-
-_KEY = "[A-Za-z0-9_\\-]"
-_ALNUM = "[A-Za-z0-9]"
-# PEM blocks (RSA, EC, OPENSSH, ENCRYPTED...) and PGP's "PRIVATE KEY BLOCK".
-_PK_BEGIN = [_lit("-----BEGIN "), _cls("[A-Z ]", 0, 40), _lit("PRIVATE KEY"),
-             _cls("[A-Z ]", 0, 8), _lit("-----")]
-_PK_END = "-----END [A-Z ]{0,40}PRIVATE KEY[A-Z ]{0,8}-----"
-_PK_BODY = (
-    f"(?:(?s:.){{0,{_RUN}}}?{_PK_END}|(?s:.){{0,{_RUN}}}\\Z|(?s:.){{{_RUN}}}(?P<private_key_cap>))"
-)
-_PK_BODY_COULD = f"(?:(?!{_PK_END})(?s:.)){{0,{_RUN + 80}}}"
-_PW_KEYWORDS = [
-    [_lit("api", True), _cls("[_\\-]", 0, 1), _lit("key", True)],
-    [_lit("secret", True)],
-    [_lit("token", True)],
-    [_lit("passw", True), _cls("(?i:[or])", 0, 2), _lit("d", True)],
-    [_lit("pwd", True)],
-    [_lit("auth", True)],
-]
-_PW_HEAD = [
-    _alt(*_PW_KEYWORDS),
-    _cls("[A-Za-z_]", 0, 40),
-    _cls("['\"]", 0, 1),
-    _cls("\\s", 0, 8),
-    _cls("[:=]", 1, 1),
-    _cls("\\s", 0, 8),
-    _cls("['\"]", 0, 1),
-]
-_PW_VALUE = "[^\\s'\"]"
-_B64URL = "[A-Za-z0-9_\\-]"
-_JWT = [_lit("eyJ"), _cls(_B64URL, 10, 1000), _lit(".eyJ"), _cls(_B64URL, 10, 1000), _lit("."),
-        _cls(_B64URL, 10, 2000)]
-"""A JSON web token: header, claims and signature, base64url (both JSON parts open with
-``eyJ``, the encoding of ``{"``)."""
-_URL_HEAD = [_lit("://"), _cls("[^\\s:/@]", 0, 256), _lit(":")]
-_BEARER_CLS = "[A-Za-z0-9._~+/\\-]"
-_BEARER = [_lit("bearer", True), _cls("\\s", 1, 8), _cls(_BEARER_CLS, 0, _RUN), _cls("=", 0, 2)]
-_AWS = [_alt([_lit("AKIA")], [_lit("ASIA")]), _cls("[0-9A-Z]", 16, 16)]
-
-RULES: tuple[_Rule, ...] = (
-    _token("anthropic", "", [_lit("sk-ant-")], _KEY, 10),
-    _token(
-        "openai_project",
-        "\\b",
-        [_lit("sk-"), _alt([_lit("proj")], [_lit("svcacct")], [_lit("admin")]), _lit("-")],
-        _KEY,
-        20,
-    ),
-    _token("openai", "\\b", [_lit("sk-")], _ALNUM, 20, "\\b"),
-    _shaped(
-        _Rule("aws", "A", "\\b(?:AKIA|ASIA)[0-9A-Z]{16}\\b", "\\b" + _prefix_seq(_AWS)),
-        "\\b", _AWS, _AWS,
-    ),
-    _token("github", "\\b", [_lit("gh"), _cls("[pousr]", 1, 1), _lit("_")], _ALNUM, 30, "\\b"),
-    _token("github_pat", "\\b", [_lit("github_pat_")], "[A-Za-z0-9_]", 20),
-    _token(
-        "slack",
-        "\\b",
-        [_lit("xox"), _cls("[abeoprs]", 1, 1), _lit("-")],
-        "[A-Za-z0-9\\-]",
-        10,
-        "\\b",
-    ),
-    # Shapes from gitleaks' published rules (stripe, gcp-api-key, gitlab-pat, npm-access-
-    # token, slack-app-token, jwt).
-    _token("stripe", "\\b",
-           [_lit("sk_"), _alt([_lit("live")], [_lit("test")]), _lit("_")], _ALNUM, 10, "\\b"),
-    _token("stripe_restricted", "\\b",
-           [_lit("rk_"), _alt([_lit("live")], [_lit("test")]), _lit("_")], _ALNUM, 10, "\\b"),
-    _token("google_api", "\\b", [_lit("AIza")], _KEY, 35),
-    _token("gitlab", "\\b", [_lit("gl"), _cls("[a-z]", 2, 4), _lit("-")], _KEY, 20),
-    _token("npm", "\\b", [_lit("npm_")], _ALNUM, 36, "\\b"),
-    _token("huggingface", "\\b", [_lit("hf_")], "[A-Za-z]", 34, "\\b"),
-    _token("sendgrid", "\\b", [_lit("SG.")], "[A-Za-z0-9=_\\-.]", 66),
-    _token("slack_app", "\\b", [_lit("xapp-")], "[A-Za-z0-9\\-]", 10, "\\b"),
-    _shaped(
-        _Rule("jwt", "e", "\\b" + "".join(_full(p) for p in _JWT), "\\b" + _prefix_seq(_JWT),
-              lead="eyJ"),
-        "\\b", _JWT, [_JWT[0], _cls(_B64URL, 10, 10)],
-    ),
-    _shaped(
-        _Rule(
-            "private_key",
-            "-",
-            "".join(_full(p) for p in _PK_BEGIN) + _PK_BODY,
-            f"(?:{_prefix_seq(_PK_BEGIN)}|{''.join(_full(p) for p in _PK_BEGIN)}"
-            f"{_PK_BODY_COULD})",
-            _PK_BODY,
-            _PK_BODY_COULD,
-        ),
-        "", _PK_BEGIN, _PK_BEGIN,
-    ),
-    _shaped(
-        _Rule(
-            "url_password",
-            ":",
-            f"(?P<url_password_pre>{''.join(_full(p) for p in _URL_HEAD)})"
-            f"[^\\s/@]{{1,{_RUN}}}(?P<url_password_post>@)",
-            _prefix_seq([*_URL_HEAD, _cls("[^\\s/@]", 0, _RUN), _lit("@")]),
-        ),
-        # Located by "://" alone: a window spanning the host would make every URL with a
-        # port cost a walk over the text before it.
-        "", [*_URL_HEAD, _cls("[^\\s/@]", 0, _RUN), _lit("@")], [_lit("://")],
-    ),
-    _shaped(
-        _Rule(
-            "assignment",
-            "aAsStTpP",
-            "(?<![A-Za-z0-9])(?P<assignment_pre>"
-            + "".join(_full(p) for p in _PW_HEAD[:-1])
-            + "(?P<assignment_q>['\"]?))(?!(?i:bearer|basic)\\b)"
-            + f"(?:{_PW_VALUE}{{{_RUN}}}(?P<assignment_cap>)"
-            + f"|{_PW_VALUE}{{6,{_RUN - 1}}}(?P<assignment_post>(?P=assignment_q)))",
-            "(?<![A-Za-z0-9])"
-            + _prefix_seq([*_PW_HEAD, _cls(_PW_VALUE, 0, _RUN), _cls("['\"]", 0, 1)]),
-            f"(?:{_PW_VALUE}{{{_RUN}}}(?P<assignment_cap>)|{_PW_VALUE}{{0,{_RUN - 1}}})",
-            f"{_PW_VALUE}{{0,{_RUN}}}",
-        ),
-        "(?<![A-Za-z0-9])",
-        [*_PW_HEAD, _cls(_PW_VALUE, 0, _RUN), _cls("['\"]", 0, 1)],
-        [*_PW_HEAD, _cls(_PW_VALUE, 6, 6)],
-    ),
-    _shaped(
-        _Rule(
-            "bearer",
-            "bB",
-            f"(?P<bearer_pre>\\b(?i:bearer)\\s{{1,8}})"
-            f"(?:{_BEARER_CLS}{{{_RUN}}}(?P<bearer_cap>)|{_BEARER_CLS}{{16,{_RUN - 1}}}={{0,2}})",
-            "\\b" + _prefix_seq(_BEARER),
-            f"(?:{_BEARER_CLS}{{{_RUN}}}(?P<bearer_cap>)|{_BEARER_CLS}{{0,{_RUN - 1}}})",
-            f"{_BEARER_CLS}{{0,{_RUN}}}",
-        ),
-        "\\b", _BEARER, [*_BEARER[:2], _cls(_BEARER_CLS, 16, 16)],
-    ),
-)
-"""Text that looks like a credential whatever its value, in priority order."""
-
-PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(r.pattern) for r in RULES)
-"""Each rule's pattern on its own (for inspection; the scanner uses them combined)."""
-
-_RULES = {r.name: r for r in RULES}
 _CONT = {r.name: re.compile(r.cont) for r in RULES if r.cont is not None}
 _CONT_COULD = {r.name: re.compile(r.cont_could) for r in RULES if r.cont_could is not None}
 _READ = CAP
@@ -508,7 +140,7 @@ class Redactor:
         # rules are grouped by first character so one test skips a group. Only where a match
         # of it starts matters, so the order of the alternatives does not. A known value could
         # be starting where the rest of the buffer is a proper prefix of it.
-        groups: dict[str, list[_Rule]] = {}
+        groups: dict[str, list[Rule]] = {}
         for rule in RULES:
             groups.setdefault(rule.first, []).append(rule)
         branches = [
@@ -517,7 +149,7 @@ class Redactor:
             for first, rules in groups.items()
         ]
         short = [v for v in values if len(v) <= _VALUE_IN_PATTERN]
-        branches += [re.escape(v[0]) + _prefix(_lit(v[1:-1])) for v in short]
+        branches += [re.escape(v[0]) + prefix(lit(v[1:-1])) for v in short]
         self._could = re.compile(f"(?={could_first})(?:{'|'.join(branches)})\\Z")
         self._long_values = tuple(v for v in values if len(v) > _VALUE_IN_PATTERN)
         self._read = max([_READ, *map(len, values)]) + 2
@@ -619,10 +251,10 @@ class _Located:
     def could_start(self, work: str, start: int, end: int) -> int | None:
         """The leftmost position >= ``start`` from which a match could still read past
         ``end``, as ``StreamRedactor._could_start``: a text a rule could still match from
-        there is either in the last :data:`_HEAD` characters or begins with a head hit."""
+        there is either in the last :data:`HEAD` characters or begins with a head hit."""
         r = self._r
         lo = max(start, end - r._read)
-        tail = max(lo, end - _HEAD)
+        tail = max(lo, end - HEAD)
         found: int | None = None
         heads = self._heads
         for i, p in enumerate(heads):

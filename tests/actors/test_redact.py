@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from actors.model import redact, redact_scan
+from actors.model import redact, redact_scan, secret_rules
 from actors.model.redact import MASK, Redactor
 from actors.model.redact_scan import load_hyperscan
 
@@ -205,7 +205,7 @@ def test_a_rule_without_locators_or_a_locator_that_fails_means_re(
 
 
 def test_every_rule_has_locators_and_an_opening() -> None:
-    for rule in redact.RULES:
+    for rule in secret_rules.RULES:
         assert rule.opening and rule.locate, rule.name
         assert [loc.head for loc in rule.locate] == [False, True], rule.name
 
