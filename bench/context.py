@@ -10,7 +10,7 @@ ToolCallProposed, ToolCallDecided, ToolCallExecuted, AssistantMessageAppended,
 TurnCompleted, WaitingForInput): 8 events per 4 messages; the first turn also records
 StatusChanged to ``running``. And, as the actor does before each model call (two per
 turn: after the user's message and after the tool result), whenever
-:func:`actors.model.context.plan_compaction` says the history fills 70% of the model's context
+:func:`actors.model.compaction.plan_compaction` says the history fills 70% of the model's context
 budget (the table's 200,000-token window), a HistoryCompacted event replaces the older
 part with a summary (a canned 1,500-character summary stands in for the model's answer:
 the bench measures the context, not the model). See :class:`CompactionCheck` for how the
@@ -66,19 +66,21 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from actors.conversation import TreeMirror
+from actors.model.compaction import (
+    context_budget,
+    needs_compaction,
+    plan_compaction,
+    summary_text,
+)
 from actors.model.context import (
     DEFAULT_SYSTEM_PROMPT,
     build_request,
-    context_budget,
     context_window,
     estimate_history_tokens,
     estimate_request_tokens,
     estimate_tokens,
-    needs_compaction,
-    plan_compaction,
-    summarize_stale_results,
-    summary_text,
 )
+from actors.model.stale_results import summarize_stale_results
 from bench.common import Printer, ratio, say, table
 from events.application import TetherApplication
 from events.forest import Forest

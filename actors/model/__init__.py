@@ -1,10 +1,10 @@
 """What the model is sent and what it costs.
 
 :mod:`.prompt` assembles the system prompt from the workspace, :mod:`.context` shapes
-each request (stale results, coalescing, compaction planning), :mod:`.titles` names
-sessions, :mod:`.models` and :mod:`.pricing` read the per-model table, and :mod:`.redact`
-(with :mod:`.secret_rules`, :mod:`.secret_patterns` and :mod:`.redact_scan`) masks secrets
-in what streams out. All pure.
+each request (with :mod:`.turns` and :mod:`.stale_results`), :mod:`.compaction` plans
+compaction, :mod:`.titles` names sessions, :mod:`.models` and :mod:`.pricing` read the
+per-model table, and :mod:`.redact` (with :mod:`.secret_rules`, :mod:`.secret_patterns`
+and :mod:`.redact_scan`) masks secrets in what streams out. All pure.
 """
 
 from actors.model.models import DEFAULT_MODEL, MODELS, model_info

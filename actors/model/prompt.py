@@ -54,7 +54,7 @@ import msgspec
 import msgspec.yaml
 
 from actors.front_matter import read_front_matter
-from actors.model.context import memory_append
+from actors.model.compaction import memory_append
 
 __all__ = [
     "BEHAVIOURAL_RULES",
@@ -180,8 +180,8 @@ _MEMORY_LOCKS_GUARD = threading.Lock()
 def append_memory(workspace: str | os.PathLike[str], facts: Sequence[str],
                   date: dt.date) -> list[str]:
     """Append ``facts`` to the workspace's ``MEMORY.md`` under ``## <date>``
-    (:func:`actors.model.context.memory_append`); return the facts actually added (those not
-    already there), ``[]`` when none is new.
+    (:func:`actors.model.compaction.memory_append`); return the facts actually added
+    (those not already there), ``[]`` when none is new.
 
     The file is read whole and strictly, as :func:`read_workspace` reads it: one that
     leads out of the workspace, is not a regular file, is not UTF-8 or is too large is

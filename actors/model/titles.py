@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from actors.model.context import is_summary_message, render_transcript, starts_turn
+from actors.model.compaction import is_summary_message, render_transcript
+from actors.model.turns import starts_turn
 from actors.ports import ModelRequest
 from events.messages import TextBlock, ToolUseBlock
 from events.session import Turn

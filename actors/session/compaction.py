@@ -4,13 +4,10 @@ model call that waited is made."""
 
 from __future__ import annotations
 
-from actors.model.context import (
-    estimate_history_tokens,
-    parse_facts,
-    summarize_stale_results,
-    summary_text,
-)
+from actors.model.compaction import parse_facts, summary_text
+from actors.model.context import estimate_history_tokens
 from actors.model.pricing import cost_usd
+from actors.model.stale_results import summarize_stale_results
 from actors.session import turn as turns
 from actors.session.effects import WriteMemory
 from actors.session.inputs import CompactionDone, MemoryWritten

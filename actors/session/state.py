@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from actors.conversation import TreeMirror
-from actors.model.context import CompactionPlan
+from actors.model.compaction import CompactionPlan
 from actors.model.prompt import WorkspaceTexts
 from actors.model.redact import Redactor, StreamRedactor
 from actors.ports import Grant, MessageDone, ModelRequest

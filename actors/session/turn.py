@@ -7,12 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from actors import engine_tools
-from actors.model.context import (
-    build_request,
-    memory_request,
-    plan_compaction,
-    summary_request,
-)
+from actors.model.compaction import memory_request, plan_compaction, summary_request
+from actors.model.context import build_request
 from actors.model.prompt import assemble_system_prompt, load_skills_definition
 from actors.ports import (
     MessageDone,

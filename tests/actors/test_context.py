@@ -9,39 +9,41 @@ from typing import Any
 
 import pytest
 
-from actors.model import context
-from actors.model.context import (
-    DEFAULT_SYSTEM_PROMPT,
-    SUMMARY_MARK,
-    build_request,
-    can_split_before,
-    clamp_max_tokens,
-    coalesce,
+from actors.model import compaction, context, turns
+from actors.model.compaction import (
     compacted_history,
-    content_kind,
     context_budget,
-    context_window,
-    estimate_history_tokens,
-    estimate_message_tokens,
-    estimate_request_tokens,
-    estimate_tokens,
     memory_append,
     memory_request,
     needs_compaction,
     parse_facts,
     plan_compaction,
     render_transcript,
-    shape_messages,
     split_for_compaction,
-    starts_turn,
-    summarize_result,
-    summarize_stale_results,
     summary_message,
     summary_request,
+)
+from actors.model.context import (
+    DEFAULT_SYSTEM_PROMPT,
+    build_request,
+    clamp_max_tokens,
+    coalesce,
+    context_window,
+    estimate_history_tokens,
+    estimate_message_tokens,
+    estimate_request_tokens,
+    estimate_tokens,
+    shape_messages,
     to_api_messages,
-    turn_numbers,
 )
 from actors.model.models import DEFAULT_MODEL, model_info
+from actors.model.stale_results import (
+    SUMMARY_MARK,
+    content_kind,
+    summarize_result,
+    summarize_stale_results,
+)
+from actors.model.turns import can_split_before, starts_turn, turn_numbers
 from events.messages import TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from events.session import Session, Turn
 
@@ -442,7 +444,7 @@ def test_a_continuation_is_never_glued_across_a_tool_block() -> None:
 def test_a_continuation_starts_no_turn_and_is_never_cut_from_its_message() -> None:
     history = [Turn("user", [TextBlock("what colour is the ")]), _cont("user", "grass")]
     assert not starts_turn(history[1]) and not can_split_before(history[1])
-    assert context.turn_numbers(history) == [1, 1]
+    assert turns.turn_numbers(history) == [1, 1]
     assert render_transcript(history) == "User: what colour is the grass"
     # summarizing stale results keeps the flag
     old = [Turn("assistant", [ToolUseBlock("t", "ls", {})]),
@@ -476,7 +478,7 @@ def test_shape_messages_gives_a_valid_request() -> None:
 def test_context_budget() -> None:
     assert context_budget(200_000, 10_000) == 200_000 - 10_000 - 4096
     assert context_budget(200_000, 10_000, reserve=0) == 190_000
-    assert context_budget(32_000, 30_000) == context.BUDGET_FLOOR  # the floor
+    assert context_budget(32_000, 30_000) == compaction.BUDGET_FLOOR  # the floor
     assert context_budget(32_000, 30_000, floor=1000) == 1000
     assert context_budget(100_000, 0, floor=1000) == 100_000 - 4096
 
@@ -544,11 +546,11 @@ def test_plan_compaction_triggers_at_70_percent_of_the_budget() -> None:
                for i in range(12)]
     # a 6,000-token window leaves less than the floor, so the budget is the floor: 4,096
     # tokens (seed 001); the trigger 2,867: five messages stay under
-    assert context.BUDGET_FLOOR == 4096
+    assert compaction.BUDGET_FLOOR == 4096
     assert plan_compaction(history[:5], system="s", window=6_000) is None
     assert plan_compaction(history[:6], system="s", window=6_000) is not None
     plan = plan_compaction(history, system="s", window=6_000)
-    assert plan is not None and plan.budget == context.BUDGET_FLOOR
+    assert plan is not None and plan.budget == compaction.BUDGET_FLOOR
     assert plan.tokens == estimate_history_tokens(history) >= plan.budget * 70 // 100
     # the recent part (within 30% of 4,096 tokens: 1,228) is the last user message and
     # the reply to it
@@ -616,8 +618,8 @@ def test_compaction_requests() -> None:
     older = _history(1)
     memory = memory_request(older, model="claude-haiku-4-5")
     summary = summary_request(older, model="claude-haiku-4-5", max_tokens=500)
-    assert memory.system == context.MEMORY_PROMPT
-    assert summary.system == context.SUMMARY_PROMPT
+    assert memory.system == compaction.MEMORY_PROMPT
+    assert summary.system == compaction.SUMMARY_PROMPT
     assert "MEMORY.md" in memory.system and "NONE" in memory.system
     assert summary.max_tokens == 500 and summary.tools == []
     text = summary.messages[0]["content"][0]["text"]
@@ -627,9 +629,9 @@ def test_compaction_requests() -> None:
 
 def test_transcript_cuts_long_results() -> None:
     text = render_transcript(_tool_turn(1, "r" * 5000, is_error=True))
-    cut = context.TRANSCRIPT_RESULT_CHARS
+    cut = compaction.TRANSCRIPT_RESULT_CHARS
     assert "Tool error (tu_1): " + "r" * cut + "\n[... 3000 more characters cut]" in text
-    assert "r" * (context.TRANSCRIPT_RESULT_CHARS + 1) not in text
+    assert "r" * (compaction.TRANSCRIPT_RESULT_CHARS + 1) not in text
 
 
 def test_parse_facts() -> None:
@@ -674,7 +676,7 @@ def test_split_of_merged_messages_never_cuts_before_a_mixed_message() -> None:
 
 
 def test_the_summary_memo_forgets_the_least_recently_used_within_its_bound() -> None:
-    from actors.model.context import _SummaryMemo
+    from actors.model.stale_results import _SummaryMemo
 
     memo = _SummaryMemo(max_chars=10)
     memo.put("aaaa", False, "A")

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from actors.model.context import MEMORY_PROMPT, SUMMARY_PREFIX, SUMMARY_PROMPT
+from actors.model.compaction import MEMORY_PROMPT, SUMMARY_PREFIX, SUMMARY_PROMPT
 from tests.conftest import Engine
 from tests.helpers import say, wait_until
 
