@@ -88,6 +88,7 @@ from eventsourcing.domain import Aggregate, event
 
 from events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from events.snapshots import TypedSnapshot
+from events.stamping import stamped_trigger
 
 FOREST_NAMESPACE = uuid.UUID("3e0b6d27-5f8a-4c1e-b94d-7a2c8e51f036")
 
@@ -704,6 +705,9 @@ class Forest(Aggregate):
     @staticmethod
     def create_id(session_id: str, **_: Any) -> uuid.UUID:
         return forest_uuid(session_id)
+
+    def trigger_event(self, event_class: Any, **kwargs: Any) -> None:
+        stamped_trigger(self, event_class, **kwargs)  # a decision's time, if it gave one
 
     class Snapshot(TypedSnapshot):
         state: ForestSnapshotState

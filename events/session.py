@@ -19,6 +19,7 @@ from events.lifecycle import FINISHED, LEGACY_STATUSES
 from events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from events.sandbox import SandboxProfile
 from events.snapshots import TypedSnapshot
+from events.stamping import stamped_trigger
 
 
 class Turn(msgspec.Struct, omit_defaults=True):
@@ -101,6 +102,9 @@ class Session(Aggregate):
     @staticmethod
     def create_id(session_id: str, **_: Any) -> uuid.UUID:
         return session_uuid(session_id)
+
+    def trigger_event(self, event_class: Any, **kwargs: Any) -> None:
+        stamped_trigger(self, event_class, **kwargs)  # a decision's time, if it gave one
 
     class Snapshot(TypedSnapshot):
         state: SessionState
