@@ -117,7 +117,8 @@ class SessionActor(TetherActor):
 
     def recover(self) -> None:
         if self.state is not None:  # a restart: let go of what the last life left
-            self._decide(Restarting(), None)
+            for effect in decide(self.state, Restarting(), self.clock.now()).effects:
+                self._perform(effect, None)
         session = self.app.session(self.session_id)
         if session is None:
             session = self._create()

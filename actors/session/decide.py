@@ -52,10 +52,17 @@ from events.stamping import stamped
 
 def decide(state: State, message: Any, now: dt.datetime) -> Decision:
     """What ``message`` changes at ``now``: ``state`` is changed in place (its aggregates
-    hold the new events until the shell saves them) and the effects are returned."""
+    hold the new events until the shell saves them) and the effects are returned. One that
+raises leaves no event pending (the state is then stale: the shell reloads it)."""
     step = Step(state, now)
-    with stamped(now):
-        _dispatch(step, message)
+    try:
+        with stamped(now):
+            _dispatch(step, message)
+    except BaseException:
+        # A decision that fails records nothing: no half of it may be saved by the next.
+        for aggregate in (state.session, state.forest, *step.recorded):
+            aggregate.collect_events()
+        raise
     return Decision(step.aggregates(), step.effects)
 
 

@@ -3,6 +3,10 @@ runs, a restart mid-turn answers every call left open, compaction writes MEMORY.
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from actors.ports import ToolOutput
 from actors.session import Phase, SessionConfig
 from actors.session.effects import CallModel, CancelModel, Compact, StopTool, WriteMemory
@@ -98,3 +102,27 @@ def test_results_of_a_killed_turn_are_never_sent_to_the_model() -> None:
     results = [b for t in core.session.history for b in t.content
                if isinstance(b, ToolResultBlock)]
     assert [r.tool_use_id for r in results] == ["c1"] and results[0].is_error
+
+
+class BrokenCatalog:
+    """A tool catalogue that fails when asked what the model may call."""
+
+    def definitions(self, groups: object = None) -> list[dict[str, object]]:
+        raise RuntimeError("tool registry unavailable")
+
+    def groups(self) -> dict[str, str]:
+        return {}
+
+    def group_of(self, tool: str) -> str | None:
+        return None
+
+    def sandbox_profile(self, name: str, grant: object) -> None:
+        return None
+
+
+def test_a_decision_that_raises_leaves_no_event_to_be_saved_by_the_next() -> None:
+    core = Core()
+    core.state.env = dataclasses.replace(core.state.env, tools=BrokenCatalog())
+    with pytest.raises(RuntimeError, match="tool registry unavailable"):
+        core.say("hello")  # the message is decided; the turn's first call fails
+    assert core.session.pending_events == [] and core.state.forest.pending_events == []
