@@ -5,7 +5,10 @@ watching the session in the foreground, gathered for ``debounce`` seconds (and f
 at once when the message ends). The notice outbox (:mod:`projections.outbox`, kept
 exactly once from the store): each planned notice goes to its audience, then a
 ``Deliveries.Delivered`` event records it, which marks it delivered in the outbox; so
-after a restart the router sends exactly what was not delivered.
+after a restart the router sends exactly what was not delivered. The records of a batch
+are saved once its notices are out (one save per session), so no notice waits on
+another's bookkeeping; a notice sent again after a crash between the two carries the
+same ``seq``.
 
 Audiences: the session's watchers (its origin channel unless it went to the background,
 plus channels that asked with WatchSession); everyone (endings: watchers, and the origin
@@ -147,6 +150,10 @@ class NotificationRouterActor(TetherActor):
         self.sessions: dict[str, _Session] = {}
         self.in_flight: set[str] = set()
         self.sent = 0
+        self.unsaved: dict[str, Deliveries] = {}
+        """Delivery logs with records not saved yet: a batch's notices go out first, then
+        its records are saved, one save per session (a notice never waits on another's
+        record; one sent again after a crash between the two carries the same seq)."""
 
     def recover(self) -> None:
         self.sessions.clear()  # rebuilt from the store on first use
@@ -163,6 +170,7 @@ class NotificationRouterActor(TetherActor):
         elif isinstance(message, WebhookDone):
             self._record(message.session_id, message.notice, message.kind, "webhook",
                          message.outcome)
+            self._save_records()
         elif isinstance(message, Tick):
             self._on_tick()
 
@@ -242,6 +250,7 @@ class NotificationRouterActor(TetherActor):
                 continue
             self.in_flight.add(notice)
             self._deliver(row)
+        self._save_records()
         if len(self.in_flight) > 10_000:  # marked long ago: keep the set small
             self.in_flight &= {str(r["id"]) for r in self.outbox.pending()}
 
@@ -426,7 +435,13 @@ class NotificationRouterActor(TetherActor):
         if state is None:
             return
         state.log.deliver(notice=notice, kind=kind, route=route, outcome=outcome)
-        self.app.save(state.log)
+        self.unsaved[session_id] = state.log
+
+    def _save_records(self) -> None:
+        """Save the delivery records made since the last save (one save per session)."""
+        logs, self.unsaved = list(self.unsaved.values()), {}
+        if logs:
+            self.app.save(*logs)
 
     def _send(self, channel: str, message: ChannelMessage) -> None:
         try:

@@ -1,7 +1,7 @@
 """One agent session: a pure core that decides, and an actor shell that performs.
 
 :func:`decide` takes the session's :class:`State`, one input and the time, and returns a
-:class:`Decision`: the events recorded and the effects to perform. :class:`SessionActor`
+:class:`Outcome`: the events recorded and the effects to perform. :class:`SessionActor`
 feeds it the session's messages, saves each decision's events in one save, and performs
 the effects. The parts of the core: :mod:`.intake` (messages, commands, generate),
 :mod:`.turn` (model calls, streaming, the barrier), :mod:`.tools` (the tool loop),
@@ -12,16 +12,16 @@ the effects. The parts of the core: :mod:`.intake` (messages, commands, generate
 from actors.session.actor import SessionActor
 from actors.session.config import ForkOf, NewSession, SessionConfig
 from actors.session.decide import decide
-from actors.session.effects import Decision, Effect
+from actors.session.effects import Effect, Outcome
 from actors.session.inputs import SessionTick
 from actors.session.state import Env, Phase, State, TurnState
 
 __all__ = [
-    "Decision",
     "Effect",
     "Env",
     "ForkOf",
     "NewSession",
+    "Outcome",
     "Phase",
     "SessionActor",
     "SessionConfig",

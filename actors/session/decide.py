@@ -14,7 +14,7 @@ from typing import Any
 from actors.runtime import AskResult
 from actors.session import compaction, endings, intake, review, tools, tree
 from actors.session import turn as turns
-from actors.session.effects import Decision
+from actors.session.effects import Outcome
 from actors.session.inputs import (
     CompactionDone,
     DirResolved,
@@ -50,7 +50,7 @@ from events.messages import (
 from events.stamping import stamped
 
 
-def decide(state: State, message: Any, now: dt.datetime) -> Decision:
+def decide(state: State, message: Any, now: dt.datetime) -> Outcome:
     """What ``message`` changes at ``now``: ``state`` is changed in place (its aggregates
     hold the new events until the shell saves them) and the effects are returned. One that
 raises leaves no event pending (the state is then stale: the shell reloads it)."""
@@ -63,7 +63,7 @@ raises leaves no event pending (the state is then stale: the shell reloads it)."
         for aggregate in (state.session, state.forest, *step.recorded):
             aggregate.collect_events()
         raise
-    return Decision(step.aggregates(), step.effects)
+    return Outcome(step.aggregates(), step.effects)
 
 
 def _dispatch(step: Step, message: Any) -> None:

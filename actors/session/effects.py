@@ -1,4 +1,4 @@
-"""What a decision asks the shell to do, and the decision itself.
+"""What a decision asks the shell to do, and its outcome.
 
 A decision (:func:`actors.session.decide`) changes no part of the world: it records events
 on its aggregates and lists effects. The shell saves the aggregates once, then performs
@@ -138,7 +138,7 @@ Effect = (Send | Reply | Ask | CallModel | Compact | AskTitle | CancelModel | Ru
           | RestoreFiles)
 
 
-class Decision(msgspec.Struct, frozen=True):
+class Outcome(msgspec.Struct, frozen=True):
     """What one input decided: the aggregates holding the new events (saved together,
     before any effect), and the effects, in order."""
 

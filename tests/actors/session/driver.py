@@ -16,7 +16,7 @@ from actors.model.prompt import WorkspaceTexts
 from actors.model.redact import Redactor
 from actors.ports import MessageDone, TextDelta, ToolUseStart
 from actors.runtime import AskResult
-from actors.session import Decision, Env, Phase, SessionConfig, State, decide
+from actors.session import Env, Outcome, Phase, SessionConfig, State, decide
 from actors.session.effects import (
     Ask,
     CallModel,
@@ -121,7 +121,7 @@ class Core:
                     inputs.append(answer)
         return fed
 
-    def _save(self, decision: Decision, fed: Fed) -> None:
+    def _save(self, decision: Outcome, fed: Fed) -> None:
         events = decision.events
         for aggregate in decision.aggregates:
             aggregate.collect_events()
