@@ -67,7 +67,7 @@ from events.messages import (
 )
 from events.subjects import Subjects
 from projections.audit_index import AuditIndex
-from projections.follower import Follower
+from projections.follower import SETTLE, Follower
 from projections.injection_records import InjectionRecords
 from projections.metrics import MetricsView
 from projections.outbox import Outbox
@@ -336,9 +336,10 @@ class Host:
             if then is not None:
                 then()
 
+        # The outbox carries the chats' notices: it reads at once; the other views settle.
         follower = Follower(
-            self.app, name=kind.NAME, position=view.position, consume=consume
-        ).start()
+            self.app, name=kind.NAME, position=view.position, consume=consume,
+            settle=0.0 if kind is Outbox else SETTLE).start()
         self._stack.append(follower.stop)
         return view, follower
 

@@ -64,7 +64,7 @@ from adapters.nats_bus import NatsBus
 from events.application import TetherApplication, aggregate_name, event_data
 from events.messages import RelayedEvent
 from events.subjects import Subjects
-from projections.follower import Follower
+from projections.follower import SETTLE, Follower
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +148,7 @@ class EventRelay(Collector):
             position=self._current_position,
             consume=self._publish_batch,
             poll_interval=poll_interval,
+            settle=SETTLE,
         )
 
     def start(self) -> EventRelay:

@@ -2,9 +2,12 @@
 
 The SQLite recorder cannot push (no LISTEN/NOTIFY), so a follower is a small loop over
 ``select_notifications`` woken right after each save in this process (the application's
-listener) and polling every ``poll_interval`` seconds for writes by other processes. The
-consumer owns the position: it says where to start and records progress itself (tracking
-records, or JetStream for the relay), so a restart resumes where it stopped.
+listener) and polling every ``poll_interval`` seconds for writes by other processes. A
+follower off the chats' path may ``settle``: once woken, it waits that long before reading,
+so a burst of saves (a turn makes several) is read and applied as one batch instead of
+competing with the turn after each save. The consumer owns the position: it says where
+to start and records progress itself (tracking records, or JetStream for the relay), so a
+restart resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ log = logging.getLogger(__name__)
 
 BATCH = 200
 
+SETTLE = 0.1
+"""Seconds the followers off the chats' path (the views, the relay) let a burst of saves
+land before reading it: they lag the log by about this much while it is busy."""
+
 
 class Follower:
     """Runs ``consume(notifications)`` for every batch after ``position()``."""
@@ -32,8 +39,10 @@ class Follower:
         position: Callable[[], int],
         consume: Callable[[Sequence[Any]], None],
         poll_interval: float = 0.5,
+        settle: float = 0.0,
     ) -> None:
         self.app = app
+        self.settle = settle
         self.name = name
         self._position = position
         self._consume = consume
@@ -62,7 +71,8 @@ class Follower:
                 log.exception("%s: catching up failed; will retry", self.name)
                 self._stop.wait(min(5.0, self.poll_interval * 2 ** min(self.errors, 4)))
                 continue
-            self._wake.wait(self.poll_interval)
+            if self._wake.wait(self.poll_interval) and self.settle:
+                self._stop.wait(self.settle)
 
     def catch_up(self) -> int:
         """Process everything stored so far; returns how many notifications were handled."""
