@@ -42,6 +42,7 @@ from actors.session.effects import (
     CallModel,
     CancelModel,
     Compact,
+    Continue,
     Effect,
     ReadPlan,
     ReadSkills,
@@ -55,6 +56,7 @@ from actors.session.effects import (
     WriteMemory,
 )
 from actors.session.inputs import (
+    Continued,
     DirResolved,
     MemoryWritten,
     PlanRead,
@@ -71,6 +73,7 @@ from events.application import TetherApplication
 from events.forest import Forest
 from events.messages import ErrorReply, Undone
 from events.session import Session
+from events.stamping import stamped
 
 log = logging.getLogger("actors.session")
 
@@ -110,20 +113,28 @@ class SessionActor(TetherActor):
         self.state: State | None = None
         self.task: Future[None] | None = None
         """The model call (or compaction) running on the bus loop."""
-        self.running: tuple[str, Grant] | None = None
-        """The call running now and its grant: setting ``cancel`` kills its processes."""
+        self.running: tuple[int, str, Grant] | None = None
+        """The call running now (its generation and id) and its grant: setting ``cancel``
+        kills its processes."""
 
     # --- lifecycle ----------------------------------------------------------------------
 
     def recover(self) -> None:
-        if self.state is not None:  # a restart: let go of what the last life left
-            for effect in decide(self.state, Restarting(), self.clock.now()).effects:
+        last = self.state
+        if last is not None:  # a restart: let go of what the last life left
+            for effect in decide(last, Restarting(), self.clock.now()).effects:
                 self._perform(effect, None)
         session = self.app.session(self.session_id)
         if session is None:
-            session = self._create()
+            with stamped(self.clock.now()):
+                session = self._create()
         forest = self.app.forest(self.session_id) or Forest(session_id=self.session_id)
         self.state = State.of(self.env, session, forest, self.clock.now())
+        if last is not None:
+            # What the cut-short turn spent and the reminders it held are not in the store
+            # yet: the turn's failure records them.
+            self.state.turn.turn_usage = last.turn.turn_usage
+            self.state.turn.reminders = last.turn.reminders
         self._decide(Recovered(), None)
 
     def _create(self) -> Session:
@@ -153,15 +164,16 @@ class SessionActor(TetherActor):
     def on_failure_recorded(self, error: str) -> None:
         session = self.app.session(self.session_id)
         if session is not None:
-            session.record_actor_failure(error=error)
+            with stamped(self.clock.now()):
+                session.record_actor_failure(error=error)
             self.app.save(session)
 
     # --- the loop -----------------------------------------------------------------------
 
     def handle(self, message: Any, envelope: Envelope | None) -> None:
         if isinstance(message, ToolFinished) and self.running is not None and (
-                self.running[0] == message.call_id):
-            self.running = None
+                self.running[:2] == (message.generation, message.call_id)):
+            self.running = None  # that run is over (a late one of a stopped run is not)
         self._decide(message, envelope)
 
     def _decide(self, message: Any, envelope: Envelope | None) -> None:
@@ -207,6 +219,8 @@ class SessionActor(TetherActor):
                 self._run_tool(effect)
             case StopTool():
                 self._stop_tool()
+            case Continue():
+                return Continued(effect.then)
             case ReadWorkspace():
                 return WorkspaceRead(read_workspace(effect.workspace))
             case ResolveDir():
@@ -233,7 +247,7 @@ class SessionActor(TetherActor):
         store, session_id, writes = self.snapshot_store, self.session_id, list(grant.writes)
         root = os.path.realpath(effect.root)
         wrote_plan = bool(effect.plan_file) and os.path.realpath(effect.plan_file) in writes
-        self.running = (call.id, grant)
+        self.running = (generation, call.id, grant)
 
         def run() -> None:
             snapshot: Snapshot | None = None
@@ -270,9 +284,11 @@ class SessionActor(TetherActor):
         """``tether undo``: put files back and record it on the session."""
         assert self.state is not None and self.snapshot_store is not None
         try:
-            restored = undo_files(self.state.session, self.app.session_events(self.session_id),
-                                  effect.to_version, self.snapshot_store, self.app.save,
-                                  os.path.realpath(effect.root))
+            with stamped(self.clock.now()):
+                restored = undo_files(
+                    self.state.session, self.app.session_events(self.session_id),
+                    effect.to_version, self.snapshot_store, self.app.save,
+                    os.path.realpath(effect.root))
         except UndoError as exc:
             return ErrorReply(error="undo", reason=str(exc))
         return Undone(session_id=self.session_id, restored=restored)
@@ -286,7 +302,7 @@ class SessionActor(TetherActor):
         """Kill the processes of the call running now, if any."""
         running, self.running = self.running, None
         if running is not None:
-            running[1].cancel.set()
+            running[2].cancel.set()
 
 
 def _read_text(path: str) -> str | None:

@@ -9,7 +9,7 @@ from actors.model.context import estimate_history_tokens
 from actors.model.pricing import cost_usd
 from actors.model.stale_results import summarize_stale_results
 from actors.session import turn as turns
-from actors.session.effects import WriteMemory
+from actors.session.effects import Continue, WriteMemory
 from actors.session.inputs import CompactionDone, MemoryWritten
 from actors.session.state import Phase
 from actors.session.step import Step, log
@@ -33,7 +33,7 @@ def on_compacted(step: Step, done: CompactionDone) -> None:
         log.warning("session %s: compaction failed: %s", step.session_id, error)
         session.fail_compaction(error=error, cost_usd=cost)
         turn.compaction, turn.compaction_off = None, True
-        turns.call_model(step)
+        step.effects.append(Continue("call_model"))  # what it cost is saved first
         return
     turn.compaction_off = plan.replaced >= len(session.history)
     turn.summary, turn.summary_cost = summary, cost
@@ -55,6 +55,12 @@ def on_memory_written(step: Step, written: MemoryWritten) -> None:
     _replace_history(step)
 
 
+def on_continued(step: Step) -> None:
+    """The compaction's record is saved: make the model call that waited for it."""
+    if step.turn.phase is Phase.COMPACTING and step.turn.compaction is None:
+        turns.call_model(step)
+
+
 def _replace_history(step: Step) -> None:
     turn, session = step.turn, step.session
     plan, summary = turn.compaction, turn.summary
@@ -65,4 +71,4 @@ def _replace_history(step: Step) -> None:
     session.compact_history(summary=text, replaced=plan.replaced, tokens_before=plan.tokens,
                             tokens_after=after, budget=plan.budget, cost_usd=turn.summary_cost)
     turn.compaction, turn.summary = None, None
-    turns.call_model(step)
+    step.effects.append(Continue("call_model"))  # MEMORY.md is written: record it first

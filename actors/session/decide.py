@@ -17,6 +17,7 @@ from actors.session import turn as turns
 from actors.session.effects import Outcome
 from actors.session.inputs import (
     CompactionDone,
+    Continued,
     DirResolved,
     MemoryWritten,
     ModelDelta,
@@ -99,6 +100,10 @@ def _dispatch(step: Step, message: Any) -> None:
             endings.on_title(step, message)
         case CompactionDone():
             compaction.on_compacted(step, message)
+        case Continued(then="call_model"):
+            compaction.on_continued(step)
+        case Continued():
+            tools.on_continued(step, message.then)
         case MemoryWritten():
             compaction.on_memory_written(step, message)
         case WorkspaceRead():

@@ -9,7 +9,7 @@ an input (:mod:`actors.session.inputs`).
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from eventsourcing.domain import Aggregate
@@ -86,6 +86,14 @@ class StopTool(msgspec.Struct, frozen=True):
     """Kill the processes of the call running now, if any."""
 
 
+class Continue(msgspec.Struct, frozen=True):
+    """Decide ``then`` once this decision is saved (``Continued``): after a fact the world
+    already holds (a call ran, MEMORY.md was written, a person approved), so a failure
+    further on cannot take its record with it."""
+
+    then: Literal["next_tool", "execute", "call_model"]
+
+
 class ReadWorkspace(msgspec.Struct, frozen=True):
     """Read the workspace's prompt files (``WorkspaceRead``)."""
 
@@ -134,8 +142,8 @@ class RestoreFiles(msgspec.Struct, frozen=True):
 
 
 Effect = (Send | Reply | Ask | CallModel | Compact | AskTitle | CancelModel | RunTool
-          | StopTool | ReadWorkspace | ResolveDir | ReadSkills | ReadPlan | WriteMemory
-          | RestoreFiles)
+          | StopTool | Continue | ReadWorkspace | ResolveDir | ReadSkills | ReadPlan
+          | WriteMemory | RestoreFiles)
 
 
 class Outcome(msgspec.Struct, frozen=True):

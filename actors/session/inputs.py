@@ -6,6 +6,8 @@ Every value here is plain data, so a decision can be replayed from it.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from actors.model.prompt import WorkspaceTexts
@@ -99,6 +101,12 @@ class MemoryWritten(msgspec.Struct):
     heading: str
     added: list[str] = []
     error: str = ""
+
+
+class Continued(msgspec.Struct):
+    """The decision that asked to ``Continue`` is saved: go on with ``then``."""
+
+    then: Literal["next_tool", "execute", "call_model"]
 
 
 class Restarting(msgspec.Struct):

@@ -43,8 +43,8 @@ def on_user_message(step: Step, message: UserMessage) -> None:
         return
     command = parse_command(message.text)
     if command is not None:
-        _run_command(step, command, message)
-        step.reply(accepted)
+        if _run_command(step, command, message):
+            step.reply(accepted)
         return
     if turn.phase in WAITING:
         # Text while the chat is asked something answers it (an approval: no, with the
@@ -89,9 +89,10 @@ def _refuse_sender(step: Step, message: UserMessage) -> None:
               ChannelMessage(session_id=step.session_id, kind="error", text=reason))
 
 
-def _run_command(step: Step, command: Command, message: UserMessage) -> None:
+def _run_command(step: Step, command: Command, message: UserMessage) -> bool:
     """Handle a chat command: never stored as a user message, never sent to the model;
-    what it did is recorded and told to the channel."""
+    what it did is recorded and told to the channel. False: it is decided once the shell
+    has answered a read (``/dir``), which then answers the request."""
     session, phase = step.session, step.turn.phase
     name, result = command.name, ""
     if name == "status":
@@ -107,7 +108,7 @@ def _run_command(step: Step, command: Command, message: UserMessage) -> None:
             step.effects.append(ResolveDir(command.args, session.workspace,
                                            step.config.workspace_root or session.workspace,
                                            message.user, message.channel))
-            return
+            return False
         result = f"working directory: {session.workspace}"
     elif name in ("approve", "deny"):
         if phase is not Phase.APPROVAL:
@@ -152,6 +153,7 @@ def _run_command(step: Step, command: Command, message: UserMessage) -> None:
         prefix = "" if name == "help" else f"unknown command /{name}. "
         result = prefix + help_text()
     _record_command(step, name, command.args, message.user, message.channel, result)
+    return True
 
 
 def on_dir_resolved(step: Step, resolved: DirResolved) -> None:
@@ -166,6 +168,7 @@ def on_dir_resolved(step: Step, resolved: DirResolved) -> None:
         session.change_workspace(path=path)
         result = f"working directory is now {path}"
     _record_command(step, "dir", resolved.requested, resolved.user, resolved.channel, result)
+    step.reply(Accepted(session_id=step.session_id, name=session.name))
 
 
 def _record_command(step: Step, name: str, args: str, user: str, channel: str,

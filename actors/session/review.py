@@ -9,7 +9,7 @@ from actors import engine_tools
 from actors.runtime import AskResult
 from actors.session import endings, intake, tools
 from actors.session import turn as turns
-from actors.session.effects import ReadPlan
+from actors.session.effects import Continue, ReadPlan
 from actors.session.inputs import PlanRead
 from actors.session.state import WAITING, Phase
 from actors.session.step import Step
@@ -104,7 +104,8 @@ def on_settled(step: Step, settled: InteractionSettled) -> None:
     if not approved or verdict is None:
         tools.refuse(step, call, settled.reason)
         return
-    tools.execute(step, call, verdict)
+    turn.approved = verdict
+    step.effects.append(Continue("execute"))  # the person's answer is saved before the run
 
 
 def _on_review(step: Step, settled: InteractionSettled) -> None:

@@ -18,7 +18,7 @@ from actors.ports import Grant
 from actors.runtime import AskResult
 from actors.session import endings, review
 from actors.session import turn as turns
-from actors.session.effects import ReadSkills, RunTool
+from actors.session.effects import Continue, ReadSkills, RunTool
 from actors.session.inputs import SkillsRead, ToolFinished
 from actors.session.state import Phase
 from actors.session.step import Step
@@ -175,6 +175,18 @@ def execute(step: Step, call: ToolUseBlock, verdict: Verdict) -> None:
                                 step.plan_file() if session.mode == "plan" else ""))
 
 
+def on_continued(step: Step, then: str) -> None:
+    """Go on after a saved decision: the next call, or the approved call's run."""
+    turn = step.turn
+    if turn.phase is not Phase.TOOLS:
+        return
+    if then == "next_tool":
+        next_tool(step)
+    elif then == "execute" and turn.approved is not None and turn.tool_queue:
+        verdict, turn.approved = turn.approved, None
+        execute(step, turn.tool_queue[0], verdict)
+
+
 def on_skills_read(step: Step, read: SkillsRead) -> None:
     """The skills the model asked for, as the call's result."""
     turn = step.turn
@@ -211,4 +223,4 @@ def on_tool_finished(step: Step, message: ToolFinished) -> None:
                                is_error=message.output.is_error)
     turn.tool_queue.popleft()
     turn.phase = Phase.TOOLS
-    next_tool(step)
+    step.effects.append(Continue("next_tool"))  # the result is saved before anything else

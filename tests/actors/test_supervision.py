@@ -35,18 +35,19 @@ responses:
 
 
 class FlakyTools:
-    """Built-in tools whose ``definitions()`` raises the first time it is called (inside
-    the session actor's handler, when a model call is being prepared)."""
+    """Built-in tools whose ``definitions()`` raises once, the ``fail_on``-th time it is
+    called (inside the session actor's handler, when a model call is being prepared)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fail_on: int = 1) -> None:
         self._inner = BuiltinTools(timeout=10, env={})
-        self._failed = False
+        self._calls = 0
+        self._fail_on = fail_on
         self._lock = threading.Lock()
 
     def definitions(self, groups: Iterable[str] | None = None) -> list[dict[str, Any]]:
         with self._lock:
-            if not self._failed:
-                self._failed = True
+            self._calls += 1
+            if self._calls == self._fail_on:
                 raise RuntimeError("tool registry unavailable")
         return self._inner.definitions(groups)
 
@@ -65,6 +66,45 @@ class FlakyTools:
         return self._inner.execute(name, tool_input, workspace, grant)
 
 
+
+
+TOOL_SCRIPT = """
+responses:
+  - blocks: [{tool_use: {name: read_file, input: {path: notes.txt}}}]
+"""
+
+
+def test_a_failure_after_a_call_ran_keeps_its_result_and_counts_the_turn_s_cost(
+    database_url: str,
+    make_settings: Callable[..., Settings],
+    fake_llm: Callable[[str], FakeLLM],
+    workspace: Path,
+) -> None:
+    (workspace / "notes.txt").write_text("ship on Friday\n")
+    llm = fake_llm(TOOL_SCRIPT)
+    settings = make_settings(database_url=database_url, anthropic_base_url=llm.base_url)
+    # The first model call is prepared (definitions #1); the second, after read_file ran,
+    # is not: the handler raises there and the actor restarts.
+    host = Host(settings, provider=AnthropicProvider(api_key=None, base_url=llm.base_url),
+                tools=FlakyTools(fail_on=2))
+    host.start()
+    channel = ChannelWatcher(host.bus, host.subjects.channel_out("test"))
+    try:
+        sid = say(host, "what do the notes say?")
+        failed = channel.wait_for("failed")
+        assert failed.session_id == sid and "restart" in failed.text
+        events = host.app.session_events(sid)
+        names = [type(e).__name__ for e in events]
+        # The call ran: its result was saved before the next call was prepared.
+        assert "ToolCallExecuted" in names and "ToolCallInterrupted" not in names
+        (turn_failed,) = [e for e in events if type(e).__name__ == "TurnFailed"]
+        # The model call before the failure is paid for, and the budget sees it.
+        assert turn_failed.cost_usd > 0
+        session = host.app.session(sid)
+        assert session is not None and session.cost_usd == pytest.approx(turn_failed.cost_usd)
+    finally:
+        channel.close()
+        host.stop()
 
 
 def test_a_failing_session_handler_is_recorded_and_the_session_recovers(

@@ -20,6 +20,7 @@ from actors.session import Env, Outcome, Phase, SessionConfig, State, decide
 from actors.session.effects import (
     Ask,
     CallModel,
+    Continue,
     Effect,
     ReadPlan,
     ReadWorkspace,
@@ -27,7 +28,7 @@ from actors.session.effects import (
     RunTool,
     Send,
 )
-from actors.session.inputs import ModelDelta, PlanRead, WorkspaceRead
+from actors.session.inputs import Continued, ModelDelta, PlanRead, WorkspaceRead
 from adapters.tools import BuiltinTools
 from events.forest import Forest
 from events.messages import (
@@ -134,6 +135,8 @@ class Core:
             return WorkspaceRead(self.texts)
         if isinstance(effect, ReadPlan):
             return PlanRead(self.plan_text)
+        if isinstance(effect, Continue):
+            return Continued(effect.then)
         return None
 
     # --- the user and the model ---------------------------------------------------------

@@ -7,11 +7,31 @@ import dataclasses
 
 import pytest
 
-from actors.ports import ToolOutput
-from actors.session import Phase, SessionConfig
-from actors.session.effects import CallModel, CancelModel, Compact, StopTool, WriteMemory
-from actors.session.inputs import CompactionDone, MemoryWritten, Recovered, ToolFinished
-from events.messages import GenerationError, Killed, KillSession, ToolResultBlock, Usage
+from actors.ports import Snapshot, ToolOutput
+from actors.session import Phase, SessionConfig, decide
+from actors.session.effects import (
+    CallModel,
+    CancelModel,
+    Compact,
+    Continue,
+    StopTool,
+    WriteMemory,
+)
+from actors.session.inputs import (
+    CompactionDone,
+    Continued,
+    MemoryWritten,
+    Recovered,
+    ToolFinished,
+)
+from events.messages import (
+    GenerationError,
+    InteractionSettled,
+    Killed,
+    KillSession,
+    ToolResultBlock,
+    Usage,
+)
 from events.session import Session
 from tests.actors.session.driver import SID, Core, read_call, runs
 
@@ -126,3 +146,34 @@ def test_a_decision_that_raises_leaves_no_event_to_be_saved_by_the_next() -> Non
     with pytest.raises(RuntimeError, match="tool registry unavailable"):
         core.say("hello")  # the message is decided; the turn's first call fails
     assert core.session.pending_events == [] and core.state.forest.pending_events == []
+
+
+def test_a_failure_after_a_call_ran_keeps_its_result_and_snapshot() -> None:
+    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core.say("go")
+    call = read_call()
+    core.call_tools(call)
+    core.verdict(call)
+    core.state.env = dataclasses.replace(core.state.env, tools=BrokenCatalog())
+    snapshot = Snapshot(id="snap", folder="/state/snap", entries=[])
+    with pytest.raises(RuntimeError, match="tool registry unavailable"):
+        # The result is decided and saved; going on (the next model call) fails.
+        core.feed(ToolFinished(core.generation, "c1", "read_file", ToolOutput("x"), snapshot))
+    names = [type(e).__name__ for e in core.log]
+    assert names[-2:] == ["FilesSnapshotted", "ToolCallExecuted"]
+
+
+def test_a_person_s_approval_is_saved_before_the_call_is_prepared_to_run() -> None:
+    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core.say("go")
+    call = read_call()
+    core.call_tools(call)
+    core.verdict(call, "escalate")
+    outcome = decide(core.state, InteractionSettled(
+        session_id=SID, call_id="c1", interaction_id="i1", kind="approval",
+        outcome="approved", by="alice"), core.now)
+    assert [type(e).__name__ for e in outcome.events] == ["ToolCallDecided"]
+    assert outcome.effects == [Continue("execute")]  # the run is decided after the save
+    for aggregate in outcome.aggregates:
+        aggregate.collect_events()
+    assert runs(core.feed(Continued("execute")))

@@ -57,9 +57,10 @@ def test_dir_asks_the_shell_for_the_folder_then_moves_there() -> None:
     fed = core.say("/dir src")
     (resolve,) = fed.of(ResolveDir)
     assert (resolve.requested, resolve.current) == ("src", "/work/ws")
-    assert not fed.recorded(Session.CommandRun)  # decided once the folder is known
+    # Decided, and answered, once the folder is known: never Accepted before it is saved.
+    assert not fed.recorded(Session.CommandRun) and not fed.sent(Accepted)
     moved = core.feed(DirResolved("src", "/work/ws/src", "alice", "term"))
-    assert moved.names() == ["WorkspaceChanged", "CommandRun"]
+    assert moved.names() == ["WorkspaceChanged", "CommandRun"] and moved.sent(Accepted)
     assert core.session.workspace == "/work/ws/src"
     refused = core.feed(DirResolved("../..", None, "alice", "term"))
     assert status(refused) == ["'../..' is not a folder inside /work/ws/src"]

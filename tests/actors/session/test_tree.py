@@ -1,0 +1,116 @@
+"""The conversation tree decided on plain values: the history mirrored as it grows, and
+the user's moves and edits (between turns only)."""
+
+from __future__ import annotations
+
+from actors.session import Phase
+from actors.session.effects import CallModel, RestoreFiles
+from events.messages import (
+    BookmarkNode,
+    Branched,
+    BranchTo,
+    DeleteNode,
+    EditNode,
+    ErrorReply,
+    Generate,
+    SplitNode,
+    TextBlock,
+    TreeChanged,
+    TreeQuery,
+    TreeView,
+    UndoFiles,
+)
+from events.session import Session
+from tests.actors.session.driver import SID, Core
+
+
+def two_turns() -> Core:
+    core = Core()
+    core.say("first question")
+    core.answer("first answer")
+    core.say("second question")
+    core.answer("second answer")
+    return core
+
+
+def page(core: Core) -> TreeView:
+    (view,) = core.feed(TreeQuery(session_id=SID)).sent(TreeView)
+    return view
+
+
+def node_of(core: Core, text: str) -> str:
+    return next(n.node_id for n in page(core).nodes if n.text == text)
+
+
+def test_the_tree_holds_every_message_and_the_cursor_the_last() -> None:
+    core = two_turns()
+    view = page(core)
+    texts = [n.text for n in view.nodes if n.role != "system"]
+    assert texts == ["first question", "first answer", "second question", "second answer"]
+    assert view.cursor == node_of(core, "second answer")
+
+
+def test_branching_makes_the_path_the_history_and_a_new_message_a_sibling() -> None:
+    core = two_turns()
+    fed = core.feed(BranchTo(session_id=SID, node_id=node_of(core, "first answer"),
+                             user="alice"))
+    (branched,) = fed.sent(Branched)
+    assert branched.messages == 2 and fed.recorded(Session.MovedTo)
+    core.say("another second question")
+    core.answer("another answer")
+    texts = [n.text for n in page(core).nodes]
+    assert "second question" in texts and "another second question" in texts
+    assert [t.content for t in core.session.history][-1] == [TextBlock("another answer")]
+
+
+def test_an_edit_branches_to_the_edited_message_and_generate_answers_it() -> None:
+    core = two_turns()
+    fed = core.feed(EditNode(session_id=SID, node_id=node_of(core, "second question"),
+                             text="second question, reworded", user="alice"))
+    assert fed.sent(Branched)
+    # The edit kept the common prefix as its own node: the history holds it in two parts,
+    # which the request joins back into one message.
+    (call,) = core.feed(Generate(session_id=SID)).of(CallModel)
+    assert call.request.messages[-1]["content"][-1]["text"] == "second question, reworded"
+
+
+def test_the_tree_is_not_changed_under_a_running_turn() -> None:
+    core = two_turns()
+    core.say("third")
+    for command in (BranchTo(session_id=SID, node_id=node_of(core, "first answer")),
+                    SplitNode(session_id=SID, node_id=node_of(core, "first answer"),
+                              position=3),
+                    UndoFiles(session_id=SID)):
+        fed = core.feed(command)
+        assert [e.error for e in fed.sent(ErrorReply)] == ["busy"], command
+        assert fed.events == [] and not fed.of(RestoreFiles)
+    assert core.phase is Phase.STREAMING
+
+
+def test_a_node_on_the_session_s_path_is_never_deleted() -> None:
+    core = two_turns()
+    fed = core.feed(DeleteNode(session_id=SID, node_id=node_of(core, "first answer")))
+    (refused,) = fed.sent(ErrorReply)
+    assert "move it elsewhere first" in refused.reason and fed.events == []
+
+
+def test_a_split_on_the_path_re_reads_the_history_in_more_nodes() -> None:
+    core = two_turns()
+    fed = core.feed(SplitNode(session_id=SID, node_id=node_of(core, "first answer"),
+                              position=5, user="alice"))
+    assert fed.sent(TreeChanged) and fed.recorded(Session.MovedTo)
+    texts = [n.text for n in page(core).nodes]
+    assert "first" in texts and "…answer" in texts  # the second part goes on from the first
+
+
+def test_a_bookmark_names_a_node_wherever_one_is_asked_for() -> None:
+    core = two_turns()
+    core.feed(BookmarkNode(session_id=SID, name="start", node_id=node_of(core, "first answer")))
+    fed = core.feed(BranchTo(session_id=SID, node_id="start"))
+    assert fed.sent(Branched)[0].node_id == node_of(core, "first answer")
+
+
+def test_undo_between_turns_asks_the_shell_to_restore_beneath_the_workspace() -> None:
+    core = two_turns()
+    (restore,) = core.feed(UndoFiles(session_id=SID, to_version=3)).of(RestoreFiles)
+    assert (restore.to_version, restore.root) == (3, "/work/ws")
