@@ -97,19 +97,6 @@ def test_a_full_history_is_summarized_and_its_facts_flushed_to_memory(
     assert len(llm.requests) == 5
 
 
-def test_nothing_is_appended_to_memory_when_there_are_no_facts(
-    engine: Callable[..., Engine], workspace: Path, watch_channel: Callable[..., Any],
-) -> None:
-    (workspace / "MEMORY.md").write_text("## 2025-12-30\n\n- Older fact.\n")
-    host, _, llm = engine(script("NONE"), context_window=WINDOW)
-    sid = three_turns(host, watch_channel(host, "test"))
-    assert (workspace / "MEMORY.md").read_text() == "## 2025-12-30\n\n- Older fact.\n"
-    assert "MemoryFlushed" not in names(host, sid)
-    assert "HistoryCompacted" in names(host, sid)
-    # The memory file is part of the system prompt, so the last call still carries it.
-    assert "- Older fact." in llm.requests[-1]["system"]
-
-
 FAILING_COMPACTION = """
 responses:
   - match: "first"
@@ -166,23 +153,6 @@ responses:
     assert "first:" not in str(sent) and "fourth note" in str(sent[-1])
     assert names(again, sid).count("HistoryCompacted") == 1
     assert (workspace / "MEMORY.md").read_text().count("- The user prefers tabs.") == 1
-
-
-def test_a_failed_compaction_is_not_tried_again_in_the_same_turn(
-    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
-) -> None:
-    host, _, llm = engine(FAILING_COMPACTION + """
-  - match: "third"
-    blocks: [{tool_use: {name: list_dir, input: {path: "."}}}]
-  - match: "empty"
-    blocks: [{text: "Listed."}]
-""", context_window=WINDOW)
-    sid = three_turns(host, watch_channel(host, "test"))
-    # first, second, the failed memory call, the call that asked for the tool, and the
-    # call after its result: no second compaction before it
-    assert len(llm.requests) == 5
-    assert names(host, sid).count("CompactionFailed") == 1
-    assert "HistoryCompacted" not in names(host, sid)
 
 
 def test_a_fork_from_a_compacted_path_keeps_the_rules_that_fired_before_the_summary(

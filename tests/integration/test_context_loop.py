@@ -61,26 +61,6 @@ responses:
     assert loaded == [(["files"], "load_tools")]
 
 
-def test_a_tool_used_by_name_loads_its_group(
-    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
-) -> None:
-    host, _, llm = engine("""
-responses:
-  - match: "status"
-    blocks:
-      - tool_use: {name: git_status, input: {}}
-  - match: "not a git repository"
-    blocks: [{text: "No repository here."}]
-""")
-    channel = watch_channel(host, "test")
-    sid = say(host, "what is the status")
-    channel.wait_for("completed")
-    loaded = [(e.groups, e.reason) for e in host.app.session_events(sid)
-              if type(e).__name__ == "ToolsLoaded"]
-    assert loaded == [(["git"], "git_status was used")]
-    assert "git_diff" in names(llm.requests[-1])
-
-
 def test_transient_provider_errors_are_retried_and_recorded_others_end_the_turn(
     engine: Callable[..., Engine], watch_channel: Callable[..., Any],
 ) -> None:
@@ -153,37 +133,6 @@ responses:
     session = host.app.session(sid)
     assert session is not None and [b.text for b in session.history[-1].content] == [  # type: ignore[union-attr]
         "Done at last."]
-
-
-def test_a_session_is_named_in_the_background_after_six_messages(
-    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
-) -> None:
-    from tests.helpers import wait_until
-
-    host, _, llm = engine("""
-responses:
-  - match: "first"
-    blocks: [{text: "One."}]
-  - match: "second"
-    blocks: [{text: "Two."}]
-  - match: "third"
-    blocks: [{text: "Three."}]
-  - match: "<conversation>"
-    blocks: [{text: "\\"Counting to three together.\\""}]
-""", titles=True)
-    channel = watch_channel(host, "test")
-    sid = say(host, "the first")
-    channel.wait_for("completed")
-    say(host, "the second", sid)
-    channel.wait_for("completed")
-    assert not any(type(e).__name__ == "TitleSet" for e in host.app.session_events(sid))
-    say(host, "the third", sid)  # six messages now
-    channel.wait_for("completed")
-    wait_until(lambda: any(type(e).__name__ == "TitleSet"
-                           for e in host.app.session_events(sid)), "the title")
-    session = host.app.session(sid)
-    assert session is not None and session.title == "Counting to three together"
-    assert len(llm.requests) == 4 and not llm.requests[-1].get("tools")
 
 
 def test_current_date_tells_the_engine_clock(

@@ -1,7 +1,9 @@
 """The conversation tree and the generation engine, through a running engine: every
 message mirrored into the session's Forest, generation events in order on the session's
-event subject, branch/edit/generate/fork at a node, several completions as branches, the
-tool-iteration limit and an abort's single error."""
+event subject, branch/edit/generate/fork at a node from the bus and the command line, and
+a kill's single error. The session's own decisions about generations (several
+completions, the tool-iteration and round limits, a stop, the tree mid-turn) are tested
+on plain values in ``tests/actors/session/``."""
 
 from __future__ import annotations
 
@@ -73,24 +75,6 @@ def tree(host: Host, session: str) -> TreeView:
 
 def names(host: Host, sid: str) -> list[str]:
     return [type(e).__name__ for e in host.app.session_events(sid)]
-
-
-def converse(host: Host, watcher: GenerationWatcher, channel: Any, *texts: str) -> str:
-    """Send ``texts`` to one session, each answered (its generation ended); its id."""
-    sid = ""
-    for text in texts:
-        sid = say(host, text, sid)
-        channel.wait_for("completed")
-        watcher.until_end()
-    return sid
-
-
-def branch_to_message(host: Host, sid: str, text: str) -> Any:
-    """Move the session to its message ``text``; that node."""
-    node = next(n for n in tree(host, sid).nodes if n.text == text)
-    ask(host.bus, host.subjects.manager, BranchTo(session_id=sid, node_id=node.node_id),
-        Branched)
-    return node
 
 
 TWO_TURNS = """
@@ -241,101 +225,6 @@ def test_tree_refusals_say_why(
     assert len(tree(host, sid).nodes) == 5  # nothing changed
 
 
-def test_several_completions_become_branches(
-    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
-) -> None:
-    host, _, llm = engine("""
-responses:
-  - match: "name a colour"
-    blocks: [{text: "Red."}]
-  - match: "name a colour"
-    blocks: [{text: "Blue."}]
-  - match: "name a colour"
-    blocks: [{text: "Green."}]
-  - match: "name a colour"
-    blocks: [{text: "Yellow."}]
-""")
-    watcher = GenerationWatcher(host)
-    sid = converse(host, watcher, watch_channel(host, "test"), "name a colour")
-    user = branch_to_message(host, sid, "name a colour")
-    ask(host.bus, host.subjects.manager, Generate(session_id=sid, n=3, tools=False), Accepted)
-    events = watcher.until_end()
-    assert kinds(events) == ["ProviderRequest", "ProviderResponse", "AssistantNode"] * 3 + [
-        "GenerationDone"]
-    done = events[-1]
-    assert len(done.nodes) == 3 and {e.parent_id for e in events if isinstance(
-        e, AssistantNode)} == {user.node_id}
-    # One context, three calls: the same messages, no tools.
-    last = llm.requests[-3:]
-    assert last[0]["messages"] == last[1]["messages"] == last[2]["messages"]
-    assert all(not r.get("tools") for r in last)
-    answers = [n.text for n in tree(host, sid).nodes if n.parent_id == user.node_id]
-    assert answers == ["Red.", "Blue.", "Green.", "Yellow."]
-    session = host.app.session(sid)
-    assert session is not None and session.history[-1].content[0].text == "Blue."  # type: ignore[union-attr]
-    assert names(host, sid).count("AlternativeGenerated") == 2
-
-
-def test_completions_without_tools_over_a_history_with_tool_calls_define_them_unused(
-    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
-) -> None:
-    """The Messages API refuses tool blocks in a request that defines no tools: the
-    tools go along with tool_choice none, and the model is told to use none."""
-    host, _, llm = engine(TWO_TURNS + """
-  - match: "summarize"
-    blocks: [{text: "One."}]
-  - match: "summarize"
-    blocks: [{text: "Two."}]
-""")
-    watcher = GenerationWatcher(host)
-    sid = converse(host, watcher, watch_channel(host, "test"), "look around", "summarize")
-    branch_to_message(host, sid, "summarize")
-    ask(host.bus, host.subjects.manager, Generate(session_id=sid, n=2, tools=False), Accepted)
-    events = watcher.until_end()
-    assert isinstance(events[-1], GenerationDone)
-    requests = [e for e in events if type(e).__name__ == "ProviderRequest"]
-    assert [r.tool_choice for r in requests] == ["none", "none"]
-    sent = llm.requests[-1]
-    assert sent["tool_choice"] == {"type": "none"} and "list_dir" in {
-        t["name"] for t in sent["tools"]}
-    assert any(b.get("type") == "tool_use" for m in sent["messages"]
-               if isinstance(m["content"], list) for b in m["content"])
-
-
-def test_the_tool_iteration_limit_ends_a_generation_with_a_typed_error(
-    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
-) -> None:
-    loop = "\n".join("""  - blocks:
-      - tool_use: {name: list_dir, input: {path: "."}}""" for _ in range(4))
-    host, _, llm = engine(f"""
-responses:
-  - match: "hello"
-    blocks: [{{text: "Hi."}}]
-{loop}
-""")
-    watcher = GenerationWatcher(host)
-    sid = converse(host, watcher, watch_channel(host, "test"), "hello")
-    branch_to_message(host, sid, "hello")
-    ask(host.bus, host.subjects.manager,
-        Generate(session_id=sid, max_tool_iterations=2), Accepted)
-    events = watcher.until_end()
-    error = events[-1]
-    assert isinstance(error, GenerationError) and error.kind == "tool_iteration_limit"
-    assert kinds(events).count("ProviderRequest") == 2  # seed 003: N allows N model calls
-    assert len(llm.requests) == 3
-    stored = host.app.session_events(sid)
-    failed = [e for e in stored if type(e).__name__ == "TurnFailed"]
-    assert failed[-1].kind == "tool_iteration_limit"
-    session = host.app.session(sid)
-    assert session is not None and session.pending_tool_calls() == []
-    # The calls of the message at the limit were refused, not run: one round of results
-    # ran, and the second message's call has a refusal and no execution.
-    generation = [type(e).__name__ for e in stored[
-        max(i for i, e in enumerate(stored) if type(e).__name__ == "GenerationStarted"):]]
-    assert generation.count("ToolCallExecuted") == 1
-    assert generation.count("ToolCallRefused") == 1
-
-
 LONG_STORY = """
 responses:
   - match: "long story"
@@ -345,28 +234,6 @@ responses:
       - text: "Once upon a time there was a very long story that took ages to tell."
 """
 """A reply streamed slowly (2 characters every 30 ms): time to stop or kill it."""
-
-
-def test_an_abort_yields_one_aborted_error_and_no_more_model_calls(
-    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
-) -> None:
-    host, _, llm = engine(LONG_STORY + """
-      - tool_use: {name: list_dir, input: {path: "."}}
-""")
-    watcher = GenerationWatcher(host)
-    channel = watch_channel(host, "test")
-    sid = say(host, "tell me a long story")
-    channel.wait_for("stream")
-    say(host, "/stop", sid)
-    channel.wait_for("failed")
-    events = watcher.until_end()
-    assert kinds(events) == ["ProviderRequest", "GenerationError"]
-    assert events[-1].kind == "aborted"
-    say(host, "/status", sid)
-    channel.wait_for("status")
-    assert watcher.events.empty() and len(llm.requests) == 1
-    failed = [e for e in host.app.session_events(sid) if type(e).__name__ == "TurnFailed"]
-    assert [e.kind for e in failed] == ["aborted"]
 
 
 def test_tree_branch_edit_and_generate_from_the_command_line(
@@ -411,29 +278,6 @@ def test_tree_branch_edit_and_generate_from_the_command_line(
         ("user", "look around")]
     by_node = tether("fork", sid, "--at-node", user.node_id[:8])
     assert by_node.returncode == 0, by_node.stderr
-
-
-def test_the_round_limit_ends_a_turn_after_25_rounds_with_a_clear_note(
-    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
-) -> None:
-    # The model asks for a tool every time; the default limit (25 rounds) ends the turn.
-    loop = "\n".join("""  - blocks:
-      - tool_use: {name: list_dir, input: {path: "."}}""" for _ in range(30))
-    host, _, llm = engine(f"responses:\n{loop}\n")
-    assert host.settings.round_limit == 25
-    watcher = GenerationWatcher(host)
-    channel = watch_channel(host, "test")
-    sid = say(host, "keep listing")
-    note = channel.wait_for("completed", timeout=60).text
-    assert "stopped at the round limit (25 rounds) while the model still wanted tools" in note
-    assert len(llm.requests) == 25
-    done = watcher.until_end(timeout=30)[-1]
-    assert isinstance(done, GenerationDone) and done.stop == "round_limit"
-    assert len(done.nodes) == 1  # the 25th message, the final one
-    completed = [e for e in host.app.session_events(sid) if type(e).__name__ == "TurnCompleted"]
-    assert [(e.rounds, e.stop) for e in completed] == [(25, "round_limit")]
-    session = host.app.session(sid)
-    assert session is not None and session.pending_tool_calls() == []
 
 
 def test_the_tree_comes_in_pages_and_the_command_line_reads_them_all(
@@ -518,45 +362,6 @@ def test_split_delete_and_bookmarks_from_the_command_line(
 
     stored = {type(e).__name__ for e in host.app.events.get(forest_uuid(sid))}
     assert {"Split", "Deleted", "Bookmarked", "BookmarkRemoved"} <= stored
-
-
-def test_a_tree_asked_for_mid_turn_never_holds_half_a_message_of_results(
-    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
-) -> None:
-    """The session adds tool results to one message as the calls end: a tree asked for
-    while one call waits for approval shows the complete messages only, and the message
-    of results enters the tree once, whole, with the reply under it."""
-    from events.messages import ToolResultBlock
-
-    host, _, _ = engine("""
-responses:
-  - match: "do both"
-    blocks:
-      - tool_use: {name: list_dir, input: {path: "."}}
-      - tool_use: {name: run_shell, input: {command: "git push origin main"}}
-  - match: "exit code"
-    blocks: [{text: "Both ran."}]
-""", approval_timeout=300.0)
-    watcher = GenerationWatcher(host)
-    channel = watch_channel(host, "test")
-    sid = say(host, "do both please")
-    asked = channel.wait_for("approval").text
-    middle = tree(host, sid)
-    assert [n.role for n in middle.nodes] == ["system", "user", "assistant"]
-    assert middle.cursor == middle.nodes[-1].node_id  # the call, not half its results
-    say(host, f"/approve {asked.split()[1].rstrip(':')}", sid)
-    channel.wait_for("completed")
-    events = watcher.until_end()
-    forest = host.app.forest(sid)
-    assert forest is not None
-    results = [n for n in forest.state.nodes.values()
-               if any(isinstance(b, ToolResultBlock) for b in n.content)]
-    assert len(results) == 1 and len(results[0].content) == 2
-    final = next(n for n in tree(host, sid).nodes if n.text == "Both ran.")
-    assert final.parent_id == results[0].id
-    assert kinds(events).count("ToolResultNode") == 2
-    ask(host.bus, host.subjects.manager, BranchTo(session_id=sid, node_id=final.node_id),
-        Branched)  # a path with every result: a session can stand there
 
 
 def test_a_kill_mid_stream_ends_the_generation_with_one_aborted_error(

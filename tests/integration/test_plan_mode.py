@@ -136,62 +136,6 @@ def test_proceed_keeps_the_context_and_implements_in_auto_mode(
     assert session.auto_approve == ["write_file", "edit_file"]
 
 
-def test_clean_proceed_starts_the_implementation_with_a_fresh_context(
-    engine: Callable[..., Engine], workspace: Path,
-    watch_channel: Callable[..., Any],
-) -> None:
-    host, _, llm = engine(planning_script(workspace, IMPLEMENT.format(workspace=workspace)))
-    channel = watch_channel(host, "test")
-    sid = say(host, "/plan")  # default mode at start; the command switches
-    channel.wait_for("status")
-    say(host, "add a greeting file", sid)
-    review(channel)
-    say(host, "/clean", sid)
-    channel.wait_for("completed")
-    channel.wait_for("completed")
-
-    implementation = next(r for r in llm.requests
-                          if "plan below is approved" in json.dumps(r["messages"]))
-    assert len(implementation["messages"]) == 1  # nothing of the planning conversation
-    assert "add a greeting file" not in json.dumps(implementation["messages"])
-    assert "1. write hello.txt" in json.dumps(implementation["messages"])
-    assert [r.choice for r in events_named(host, "PlanReviewed", sid)] == ["clean_proceed"]
-    assert events_named(host, "ContextCleared", sid)
-    assert (workspace / "hello.txt").read_text() == "hello"
-
-
-def test_adjust_sends_the_feedback_back_and_stays_in_plan_mode(
-    engine: Callable[..., Engine], workspace: Path,
-    watch_channel: Callable[..., Any],
-) -> None:
-    plan = plan_file(workspace)
-    revise = f"""
-  - match: "also say goodbye"
-    blocks:
-      - tool_use:
-          name: write_file
-          input: {{path: "{plan}", content: "1. hello.txt\\n2. bye.txt"}}
-  - match: "wrote"
-    blocks:
-      - tool_use: {{name: ExitPlanMode, input: {{}}}}
-"""
-    host, _, llm = engine(planning_script(workspace, revise), mode="plan")
-    channel = watch_channel(host, "test")
-    sid = say(host, "add a greeting file")
-    review(channel)
-    say(host, "also say goodbye", sid)  # plain text: feedback
-    second = review(channel)
-    assert "2. bye.txt" in second
-
-    feedback = next(r for r in results(host) if "wants the plan changed" in r.content)
-    assert feedback.is_error and "also say goodbye" in feedback.content
-    assert [(r.choice, r.feedback) for r in events_named(host, "PlanReviewed")] == [
-        ("adjust", "also say goodbye")]
-    session = host.app.session(sid)
-    assert session is not None and session.mode == "plan" and session.status == "running"
-    assert "You are in plan mode" in llm.requests[-1]["system"]
-
-
 def test_a_plan_file_written_without_exit_plan_mode_is_reviewed_anyway(
     engine: Callable[..., Engine], workspace: Path,
     watch_channel: Callable[..., Any],
@@ -222,58 +166,6 @@ responses:
                           if "Implement it now" in json.dumps(r["messages"]))
     asked = json.dumps(implementation["messages"][-1])
     assert "The plan is approved. Implement it now." in asked and "<plan>" not in asked
-
-
-def test_the_plan_comes_from_the_streamed_text_else_a_fallback_line(
-    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
-) -> None:
-    script = """
-responses:
-  - match: "plan one"
-    blocks:
-      - text: "Plan: rename foo to bar everywhere."
-      - tool_use: {name: ExitPlanMode, input: {}}
-  - match: "wants the plan changed"
-    blocks: [{text: "I will think again."}]
-  - match: "plan two"
-    blocks:
-      - tool_use: {name: ExitPlanMode, input: {}}
-  - match: "wants the plan changed"
-    blocks: [{text: "ok"}]
-"""
-    host, _, _ = engine(script, mode="plan")
-    channel = watch_channel(host, "test")
-    sid = say(host, "plan one")
-    assert "rename foo to bar" in review(channel)  # no plan file: the streamed text
-    say(host, "/adjust be more precise", sid)
-    channel.wait_for("completed")
-    say(host, "plan two", sid)
-    # No file, nothing written, no text this turn: the fallback line is reviewed.
-    assert "no plan text was found" in review(channel)
-    say(host, "/adjust try again", sid)
-    channel.wait_for("completed")
-    assert [p.source for p in events_named(host, "PlanProposed")] == ["streamed", "fallback"]
-
-
-def test_exit_plan_mode_outside_plan_mode_and_review_commands_without_a_plan(
-    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
-) -> None:
-    script = """
-responses:
-  - match: "exit"
-    blocks:
-      - tool_use: {name: ExitPlanMode, input: {}}
-  - match: "not in plan mode"
-    blocks: [{text: "Understood."}]
-"""
-    host, _, _ = engine(script)
-    channel = watch_channel(host, "test")
-    sid = say(host, "exit please")
-    channel.wait_for("completed")
-    refused = results(host, sid)[0]
-    assert refused.is_error and "not in plan mode" in refused.content
-    say(host, "/proceed", sid)
-    assert channel.wait_for("status").text == "no plan is waiting for review"
 
 
 def test_a_kill_cancels_a_pending_plan_review(

@@ -10,6 +10,7 @@ import pytest
 from actors.ports import Snapshot, ToolOutput
 from actors.session import Phase, SessionConfig, decide
 from actors.session.effects import (
+    AskTitle,
     CallModel,
     CancelModel,
     Compact,
@@ -22,6 +23,7 @@ from actors.session.inputs import (
     Continued,
     MemoryWritten,
     Recovered,
+    TitleDone,
     ToolFinished,
 )
 from events.messages import (
@@ -30,10 +32,11 @@ from events.messages import (
     Killed,
     KillSession,
     ToolResultBlock,
+    ToolUseBlock,
     Usage,
 )
 from events.session import Session
-from tests.actors.session.driver import SID, Core, read_call, runs
+from tests.actors.session.driver import SID, Core, Fed, read_call, runs
 
 
 def test_a_kill_mid_call_stops_its_processes_and_answers_the_call() -> None:
@@ -177,3 +180,47 @@ def test_a_person_s_approval_is_saved_before_the_call_is_prepared_to_run() -> No
     for aggregate in outcome.aggregates:
         aggregate.collect_events()
     assert runs(core.feed(Continued("execute")))
+
+
+def test_a_session_is_named_in_the_background_after_six_messages() -> None:
+    core = Core()
+    asked = []
+    for n in range(3):
+        core.say(f"question {n} about the parser")
+        asked += core.answer(f"answer {n}").of(AskTitle)
+    (ask,) = asked
+    assert ask.request.messages  # the exchange so far goes to the title call
+    fed = core.feed(TitleDone("Parser questions", Usage(50, 5)))
+    (title,) = fed.recorded(Session.TitleSet)
+    assert title.title == "Parser questions" and core.session.title == "Parser questions"
+    assert core.feed(TitleDone("Another name")).events == []  # named once
+
+
+def test_compaction_without_facts_leaves_memory_alone() -> None:
+    core = Core(SessionConfig(model="m", context_window=20_000))
+    compact = compacting(core)
+    fed = core.feed(CompactionDone(compact.generation, memory="NONE",
+                                   summary="They talked.", usage=Usage(10, 1)))
+    assert not fed.of(WriteMemory) and not fed.recorded(Session.MemoryFlushed)
+    assert fed.recorded(Session.HistoryCompacted) and fed.of(CallModel)
+
+
+def test_a_failed_compaction_is_not_tried_again_in_the_same_turn() -> None:
+    core = Core(SessionConfig(model="m", context_window=20_000, lazy_tools=False))
+    compact = compacting(core)
+    core.feed(CompactionDone(compact.generation, error="overloaded"))
+    again = run_list_dir(core)
+    assert again.of(CallModel) and not again.of(Compact)  # still over, not compacted
+    core.answer("done")
+    assert compacting_next(core)  # the next turn tries again
+
+
+def run_list_dir(core: Core) -> Fed:
+    call = ToolUseBlock(id="l1", name="list_dir", input={"path": "."})
+    core.call_tools(call)
+    core.verdict(call)
+    return core.feed(ToolFinished(core.generation, "l1", "list_dir", ToolOutput("a")))
+
+
+def compacting_next(core: Core) -> bool:
+    return bool(core.say("and now?").of(Compact))

@@ -4,10 +4,15 @@ the plan review with its answers (seed 000)."""
 from __future__ import annotations
 
 from actors.modes import plan_file_for
+from actors.ports import ToolOutput
 from actors.session import Phase, SessionConfig
-from actors.session.effects import CallModel, ReadPlan
+from actors.session.effects import CallModel, ReadPlan, RunTool
+from actors.session.inputs import ToolFinished
 from events.messages import (
+    CancelInteractions,
+    ChannelMessage,
     InteractionSettled,
+    KillSession,
     PlanReviewRequest,
     QuestionRequest,
     TextBlock,
@@ -52,7 +57,7 @@ def test_without_a_plan_file_the_streamed_reply_is_the_plan() -> None:
     core.stream([TextBlock(PLAN), exit_plan_mode()], stop="tool_use")
     fed = core.barrier()
     (request,) = fed.sent(PlanReviewRequest)
-    assert request.plan == PLAN and request.source != "file"
+    assert (request.plan, request.source) == (PLAN, "streamed")
 
 
 def test_proceed_switches_to_auto_and_starts_the_implementation_turn() -> None:
@@ -109,3 +114,62 @@ def test_a_question_is_asked_and_the_answer_becomes_the_result() -> None:
                                             answer="dev"))
     result = [b for b in core.session.history[-1].content if isinstance(b, ToolResultBlock)]
     assert result[0].content == "The user answered: dev" and answered.of(CallModel)
+
+
+def test_a_plan_file_written_without_exit_plan_mode_is_reviewed_anyway() -> None:
+    core = Core(SessionConfig(model="m", lazy_tools=False))
+    planning(core)
+    plan_file = plan_file_for("/work/ws", SID)
+    write = ToolUseBlock(id="w1", name="write_file", input={"path": plan_file, "content": PLAN})
+    core.call_tools(write)
+    (run,) = core.verdict(write, writes=[plan_file]).of(RunTool)
+    assert run.plan_file == plan_file  # the shell says whether the run writes it
+    core.feed(ToolFinished(core.generation, "w1", "write_file", ToolOutput("ok"),
+                           wrote_plan=True))
+    core.stream([TextBlock("The plan is written.")])
+    fed = core.barrier()  # no ExitPlanMode: the turn would end, but the plan is reviewed
+    (request,) = fed.sent(PlanReviewRequest)
+    assert request.plan == PLAN and core.phase is Phase.REVIEW
+
+
+def test_exit_plan_mode_outside_plan_mode_is_refused_and_review_answers_need_a_plan() -> None:
+    core = Core()
+    core.say("go")
+    fed = core.call_tools(exit_plan_mode())
+    (result,) = [b for b in core.session.history[-1].content
+                 if isinstance(b, ToolResultBlock)]
+    assert result.is_error and "not in plan mode" in result.content
+    assert not fed.sent(PlanReviewRequest)
+    core.answer("ok")
+    answered = core.say("/proceed")
+    assert [m.text for m in answered.sent(ChannelMessage)] == ["no plan is waiting for review"]
+
+
+def test_a_kill_cancels_a_pending_plan_review() -> None:
+    core = Core()
+    core.plan_text = PLAN
+    planning(core)
+    core.call_tools(exit_plan_mode())
+    fed = core.feed(KillSession(session_id=SID, reason="enough"))
+    (cancel,) = fed.sent(CancelInteractions)
+    assert cancel.reason == "enough" and core.phase is Phase.IDLE
+
+
+def test_clean_proceed_implements_with_a_fresh_context() -> None:
+    core = Core()
+    core.plan_text = PLAN
+    planning(core)
+    core.call_tools(exit_plan_mode())
+    fed = settle(core, "clean_proceed")
+    assert fed.recorded(Session.ContextCleared) and core.session.mode == "auto"
+    (call,) = fed.of(CallModel)
+    assert len(call.request.messages) == 1  # the implementation prompt alone
+    assert "<plan>" in call.request.messages[0]["content"][-1]["text"]
+
+
+def test_without_a_file_or_text_the_fallback_line_is_reviewed() -> None:
+    core = Core()
+    planning(core)
+    fed = core.call_tools(exit_plan_mode())
+    (request,) = fed.sent(PlanReviewRequest)
+    assert request.source == "fallback" and "no plan text was found" in request.plan

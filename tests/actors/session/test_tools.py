@@ -143,8 +143,9 @@ def test_a_lazy_tool_used_by_name_loads_its_group() -> None:
     core = Core()
     core.say("go")
     fed = core.call_tools(read_call())
-    assert "ToolsLoaded" in fed.names()
-    assert core.session.loaded_groups
+    (loaded,) = fed.recorded(Session.ToolsLoaded)
+    assert (loaded.groups, loaded.reason) == (["files"], "read_file was used")
+    assert "files" in core.session.loaded_groups
 
 
 def test_ran_calls_carry_the_grant_the_verdict_gave() -> None:
