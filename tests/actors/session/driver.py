@@ -189,6 +189,18 @@ class Core:
         into.effects += fed.effects
 
 
+def eager(**config: object) -> Core:
+    """A core whose tools are all loaded from the start (no load_tools round)."""
+    return Core(SessionConfig(**{"model": "m", "lazy_tools": False, **config}))  # type: ignore[arg-type]
+
+
+def approved_run(core: Core, call: ToolUseBlock) -> None:
+    """A turn whose model asked for ``call``, which the gatekeeper allowed: it runs."""
+    core.say("go")
+    core.call_tools(call)
+    core.verdict(call)
+
+
 def read_call(call_id: str = "c1", path: str = "notes.md") -> ToolUseBlock:
     return ToolUseBlock(id=call_id, name="read_file", input={"path": path})
 

@@ -17,7 +17,7 @@ from actors.session.effects import Ask, Reply, Send
 from actors.session.inputs import SessionTick, ToolFinished
 from events.application import TetherApplication
 from events.messages import InteractionSettled, KillSession, ToolUseBlock
-from tests.actors.session.driver import SID, Core, read_call
+from tests.actors.session.driver import SID, Core, eager, read_call
 
 _guard = threading.local()
 
@@ -53,7 +53,7 @@ def stored(core_log: list[Any]) -> list[tuple[str, bytes]]:
 
 
 def effects(run: Callable[[Core], None]) -> tuple[Core, list[tuple[str, bytes]]]:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core = eager()
     sent: list[tuple[str, bytes]] = []
     feed = core.feed
 
@@ -85,7 +85,7 @@ def test_events_carry_the_time_the_decision_was_given() -> None:
 
 
 def test_deciding_opens_no_file_folder_or_socket() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core = eager()
     real = core.feed
 
     def guarded(message: Any) -> Any:

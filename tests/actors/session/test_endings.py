@@ -36,11 +36,11 @@ from events.messages import (
     Usage,
 )
 from events.session import Session
-from tests.actors.session.driver import SID, Core, Fed, read_call, runs
+from tests.actors.session.driver import SID, Core, Fed, approved_run, eager, read_call, runs
 
 
 def test_a_kill_mid_call_stops_its_processes_and_answers_the_call() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core = eager()
     core.say("go")
     call = read_call()
     core.call_tools(call)
@@ -56,13 +56,11 @@ def test_a_kill_mid_call_stops_its_processes_and_answers_the_call() -> None:
 
 
 def test_a_restart_mid_turn_answers_every_open_call_and_fails_the_turn() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
-    core.say("go")
+    core = eager()
     call = read_call()
-    core.call_tools(call)
-    core.verdict(call)
+    approved_run(core, call)
     # The process stops here; a new one loads the session and recovers it.
-    fresh = Core(SessionConfig(model="m", lazy_tools=False))
+    fresh = eager()
     fresh.state.session = core.session
     fresh.state.forest = core.state.forest
     fresh.state.mirror = core.state.mirror
@@ -117,7 +115,7 @@ def test_a_failed_compaction_is_recorded_and_the_call_made_uncompacted() -> None
 
 
 def test_results_of_a_killed_turn_are_never_sent_to_the_model() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core = eager()
     core.say("go")
     call = read_call()
     core.call_tools(call)
@@ -152,11 +150,9 @@ def test_a_decision_that_raises_leaves_no_event_to_be_saved_by_the_next() -> Non
 
 
 def test_a_failure_after_a_call_ran_keeps_its_result_and_snapshot() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
-    core.say("go")
+    core = eager()
     call = read_call()
-    core.call_tools(call)
-    core.verdict(call)
+    approved_run(core, call)
     core.state.env = dataclasses.replace(core.state.env, tools=BrokenCatalog())
     snapshot = Snapshot(id="snap", folder="/state/snap", entries=[])
     with pytest.raises(RuntimeError, match="tool registry unavailable"):
@@ -167,7 +163,7 @@ def test_a_failure_after_a_call_ran_keeps_its_result_and_snapshot() -> None:
 
 
 def test_a_person_s_approval_is_saved_before_the_call_is_prepared_to_run() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core = eager()
     core.say("go")
     call = read_call()
     core.call_tools(call)
@@ -206,7 +202,7 @@ def test_compaction_without_facts_leaves_memory_alone() -> None:
 
 
 def test_a_failed_compaction_is_not_tried_again_in_the_same_turn() -> None:
-    core = Core(SessionConfig(model="m", context_window=20_000, lazy_tools=False))
+    core = eager(context_window=20_000)
     compact = compacting(core)
     core.feed(CompactionDone(compact.generation, error="overloaded"))
     again = run_list_dir(core)

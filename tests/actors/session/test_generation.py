@@ -4,7 +4,7 @@ that tell them, and the tree they leave."""
 from __future__ import annotations
 
 from actors.ports import ToolOutput
-from actors.session import Phase, SessionConfig
+from actors.session import Phase
 from actors.session.effects import CallModel, RunTool
 from actors.session.inputs import ToolFinished
 from events.messages import (
@@ -20,7 +20,7 @@ from events.messages import (
     TreeView,
 )
 from events.session import Session
-from tests.actors.session.driver import SID, Core, Fed
+from tests.actors.session.driver import SID, Core, Fed, eager
 
 
 def list_dir(call_id: str) -> ToolUseBlock:
@@ -41,7 +41,7 @@ def back_to_the_question(core: Core) -> None:
 
 
 def test_n_tool_iterations_allow_n_model_calls_then_a_typed_error() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core = eager()
     core.say("hello")
     core.answer("Hi.")
     back_to_the_question(core)
@@ -58,7 +58,7 @@ def test_n_tool_iterations_allow_n_model_calls_then_a_typed_error() -> None:
 
 
 def test_the_round_limit_ends_a_turn_with_the_final_message_as_its_node() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core = eager()
     assert core.state.env.config.round_limit == 25
     core.say("keep listing")
     calls = 0
@@ -75,7 +75,7 @@ def test_the_round_limit_ends_a_turn_with_the_final_message_as_its_node() -> Non
 
 
 def test_a_tree_asked_for_mid_turn_never_holds_half_a_message_of_results() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core = eager()
     core.say("do both please")
     first = list_dir("c1")
     push = ToolUseBlock(id="c2", name="run_shell", input={"command": "git push origin main"})
@@ -97,7 +97,7 @@ def test_a_tree_asked_for_mid_turn_never_holds_half_a_message_of_results() -> No
 
 
 def test_completions_without_tools_over_tool_calls_define_them_and_choose_none() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core = eager()
     core.say("look around")
     run_round(core, list_dir("c1"))
     core.answer("Looked.")

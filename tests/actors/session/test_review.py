@@ -20,7 +20,7 @@ from events.messages import (
     ToolUseBlock,
 )
 from events.session import Session
-from tests.actors.session.driver import SID, Core
+from tests.actors.session.driver import SID, Core, eager
 
 PLAN = "1. Read the parser.\n2. Split the lexer out of it.\n3. Run the tests after each step."
 
@@ -117,7 +117,7 @@ def test_a_question_is_asked_and_the_answer_becomes_the_result() -> None:
 
 
 def test_a_plan_file_written_without_exit_plan_mode_is_reviewed_anyway() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core = eager()
     planning(core)
     plan_file = plan_file_for("/work/ws", SID)
     write = ToolUseBlock(id="w1", name="write_file", input={"path": plan_file, "content": PLAN})

@@ -7,7 +7,7 @@ import math
 
 from actors.ports import ToolOutput
 from actors.runtime import AskResult
-from actors.session import Phase, SessionConfig
+from actors.session import Phase
 from actors.session.effects import CallModel, RunTool
 from actors.session.inputs import ToolFinished
 from events.messages import (
@@ -18,7 +18,7 @@ from events.messages import (
     ToolUseBlock,
 )
 from events.session import Session
-from tests.actors.session.driver import Core, calls_model, read_call, runs
+from tests.actors.session.driver import Core, approved_run, calls_model, eager, read_call, runs
 
 
 def results(core: Core) -> list[ToolResultBlock]:
@@ -26,7 +26,7 @@ def results(core: Core) -> list[ToolResultBlock]:
 
 
 def test_a_call_is_proposed_run_when_allowed_and_its_result_sent_back() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core = eager()
     core.say("read my notes")
     call = read_call()
     fed = core.call_tools(call)
@@ -42,7 +42,7 @@ def test_a_call_is_proposed_run_when_allowed_and_its_result_sent_back() -> None:
 
 
 def test_a_denied_call_is_refused_and_the_next_one_proposed() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core = eager()
     core.say("go")
     first, second = read_call("c1", "a"), read_call("c2", "b")
     core.call_tools(first, second)
@@ -52,7 +52,7 @@ def test_a_denied_call_is_refused_and_the_next_one_proposed() -> None:
 
 
 def test_no_verdict_in_time_is_a_denial() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core = eager()
     core.say("go")
     core.call_tools(read_call())
     fed = core.feed(AskResult("verdict:c1", error="timeout"))
@@ -61,7 +61,7 @@ def test_no_verdict_in_time_is_a_denial() -> None:
 
 
 def test_a_call_changed_after_it_was_judged_never_runs() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core = eager()
     core.say("go")
     call = read_call()
     core.call_tools(call)
@@ -72,7 +72,7 @@ def test_a_call_changed_after_it_was_judged_never_runs() -> None:
 
 
 def test_an_input_that_is_not_json_is_denied_without_asking() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core = eager()
     core.say("go")
     fed = core.call_tools(ToolUseBlock(id="c1", name="read_file", input={"n": math.nan}))
     assert not fed.sent(ToolProposal) and not runs(fed)
@@ -80,7 +80,7 @@ def test_an_input_that_is_not_json_is_denied_without_asking() -> None:
 
 
 def test_an_escalation_asks_the_chat_and_runs_only_once_approved() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core = eager()
     core.say("go")
     call = read_call()
     core.call_tools(call)
@@ -95,7 +95,7 @@ def test_an_escalation_asks_the_chat_and_runs_only_once_approved() -> None:
 
 
 def test_a_denied_approval_refuses_the_call() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core = eager()
     core.say("go")
     call = read_call()
     core.call_tools(call)
@@ -107,7 +107,7 @@ def test_a_denied_approval_refuses_the_call() -> None:
 
 
 def test_an_answer_for_another_call_is_ignored() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core = eager()
     core.say("go")
     call = read_call()
     core.call_tools(call)
@@ -118,11 +118,9 @@ def test_an_answer_for_another_call_is_ignored() -> None:
 
 
 def test_the_round_limit_ends_the_turn() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False, round_limit=1))
-    core.say("go")
+    core = eager(round_limit=1)
     call = read_call()
-    core.call_tools(call)
-    core.verdict(call)
+    approved_run(core, call)
     fed = core.feed(ToolFinished(core.generation, "c1", "read_file", ToolOutput("x")))
     assert not fed.of(CallModel)
     assert core.session.history and "TurnCompleted" in fed.names()
@@ -130,11 +128,9 @@ def test_the_round_limit_ends_the_turn() -> None:
 
 
 def test_a_stale_result_is_dropped() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
-    core.say("go")
+    core = eager()
     call = read_call()
-    core.call_tools(call)
-    core.verdict(call)
+    approved_run(core, call)
     stale = core.feed(ToolFinished(core.generation - 1, "c1", "read_file", ToolOutput("x")))
     assert stale.events == [] and core.phase is Phase.EXECUTING
 
@@ -149,7 +145,7 @@ def test_a_lazy_tool_used_by_name_loads_its_group() -> None:
 
 
 def test_ran_calls_carry_the_grant_the_verdict_gave() -> None:
-    core = Core(SessionConfig(model="m", lazy_tools=False))
+    core = eager()
     core.say("go")
     call = ToolUseBlock(id="c1", name="write_file", input={"path": "a.txt", "content": "x"})
     core.call_tools(call)
