@@ -182,10 +182,10 @@ class SessionActor(TetherActor):
         assert self.state is not None
         inputs: deque[Any] = deque([message])
         while inputs:
-            decision = decide(self.state, inputs.popleft(), self.clock.now())
-            if decision.aggregates:
-                self.app.save(*decision.aggregates)
-            for effect in decision.effects:
+            outcome = decide(self.state, inputs.popleft(), self.clock.now())
+            if outcome.aggregates:
+                self.app.save(*outcome.aggregates)
+            for effect in outcome.effects:
                 answer = self._perform(effect, envelope)
                 if answer is not None:
                     inputs.append(answer)

@@ -53,8 +53,9 @@ from events.stamping import stamped
 
 def decide(state: State, message: Any, now: dt.datetime) -> Outcome:
     """What ``message`` changes at ``now``: ``state`` is changed in place (its aggregates
-    hold the new events until the shell saves them) and the effects are returned. One that
-raises leaves no event pending (the state is then stale: the shell reloads it)."""
+    hold the new events until the shell saves them) and the effects are returned. A
+    decision that raises leaves no event pending (the state is then stale: the shell
+    reloads it)."""
     step = Step(state, now)
     try:
         with stamped(now):

@@ -114,20 +114,20 @@ class Core:
         """Decide ``message``, then the answers to the reads it asked for."""
         fed, inputs = Fed(), [message]
         while inputs:
-            decision = decide(self.state, inputs.pop(0), self.now)
-            self._save(decision, fed)
-            for effect in decision.effects:
+            outcome = decide(self.state, inputs.pop(0), self.now)
+            self._save(outcome, fed)
+            for effect in outcome.effects:
                 answer = self._answer(effect)
                 if answer is not None:
                     inputs.append(answer)
         return fed
 
-    def _save(self, decision: Outcome, fed: Fed) -> None:
-        events = decision.events
-        for aggregate in decision.aggregates:
+    def _save(self, outcome: Outcome, fed: Fed) -> None:
+        events = outcome.events
+        for aggregate in outcome.aggregates:
             aggregate.collect_events()
         fed.events += events
-        fed.effects += decision.effects
+        fed.effects += outcome.effects
         self.log += events
 
     def _answer(self, effect: Effect) -> Any:
