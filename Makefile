@@ -13,8 +13,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+# Tether installs as one package, `tether`, whose subpackages are the folders here. The
+# install links each module into build/ (setuptools' strict editable mode, a tree mypy can
+# read), so a module added or removed means installing again: a folder's time changes
+# exactly then.
+PACKAGE_DIRS := $(shell find actors events projections adapters -type d -not -name __pycache__)
+
+$(STAMP): pyproject.toml $(PACKAGE_DIRS) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]' --config-settings editable_mode=strict
 	touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install Tether with the test tools
@@ -35,5 +41,5 @@ test-fast: install  ## the edit-test loop: the tests that start no server, engin
 bench: install  ## the benchmarks (figures and ratios, no assertions)
 	$(BIN)/python -m bench
 
-clean:  ## remove the virtual environment
-	rm -rf $(VENV)
+clean:  ## remove the virtual environment and the install's link tree
+	rm -rf $(VENV) build/__editable__.*

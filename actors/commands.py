@@ -10,8 +10,8 @@ import os
 
 import msgspec
 
-from actors.paths import inside
-from events.session import Session
+from tether.actors.paths import inside
+from tether.events.session import Session
 
 COMMANDS = {
     "status": "show the session's mode, working directory, messages, tokens and cost",

@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import pairwise
 
-from events.forest import Forest, ForestState, Node, message_key
-from events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock, TreeNode
-from events.session import Turn
+from tether.events.forest import Forest, ForestState, Node, message_key
+from tether.events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock, TreeNode
+from tether.events.session import Turn
 
 NODE_TEXT_CHARS = 200
 """Characters of a node's text in a TreeView."""

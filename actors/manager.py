@@ -25,20 +25,20 @@ from typing import Any
 
 import msgspec
 
-from actors.authority import may_decide, refusal_reason
-from actors.conversation import history_at, resolve_node
-from actors.middleware import Gate, MiddlewareSettings, Refusal
-from actors.model.redact import Redactor
-from actors.naming import name_from_prompt
-from actors.paths import inside
-from actors.ports import Clock, Ids, SystemClock
-from actors.runtime import ActorHandle, ActorSystem, AskResult, Envelope, TetherActor, Tick
-from actors.session import ForkOf, NewSession, SessionTick
-from events.application import TetherApplication
-from events.forest import ForestError
-from events.inbox import RefusedMessage
-from events.lifecycle import ACTIVE, FINISHED
-from events.messages import (
+from tether.actors.authority import may_decide, refusal_reason
+from tether.actors.conversation import history_at, resolve_node
+from tether.actors.middleware import Gate, MiddlewareSettings, Refusal
+from tether.actors.model.redact import Redactor
+from tether.actors.naming import name_from_prompt
+from tether.actors.paths import inside
+from tether.actors.ports import Clock, Ids, SystemClock
+from tether.actors.runtime import ActorHandle, ActorSystem, AskResult, Envelope, TetherActor, Tick
+from tether.actors.session import ForkOf, NewSession, SessionTick
+from tether.events.application import TetherApplication
+from tether.events.forest import ForestError
+from tether.events.inbox import RefusedMessage
+from tether.events.lifecycle import ACTIVE, FINISHED
+from tether.events.messages import (
     Accepted,
     BranchTo,
     ChannelMessage,
@@ -57,8 +57,8 @@ from events.messages import (
     UndoFiles,
     UserMessage,
 )
-from events.session import Session, Turn
-from events.ttsr import RuleLog
+from tether.events.session import Session, Turn
+from tether.events.ttsr import RuleLog
 
 log = logging.getLogger(__name__)
 

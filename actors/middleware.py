@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from events.messages import UserMessage
+from tether.events.messages import UserMessage
 
 RefusalKind = Literal["too_large", "not_allowed", "rate_limited"]
 

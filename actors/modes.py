@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from actors.gatekeeper.security.pipeline import Evaluation
+from tether.actors.gatekeeper.security.pipeline import Evaluation
 
 PLAN_DIR = os.path.join(".tether", "plans")
 """Where plan files live, relative to the session's workspace."""

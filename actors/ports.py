@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 import msgspec
 
-from events.messages import ContentBlock, TextBlock, Usage
-from events.sandbox import SandboxProfile
+from tether.events.messages import ContentBlock, TextBlock, Usage
+from tether.events.sandbox import SandboxProfile
 
 # --- model --------------------------------------------------------------------------------
 

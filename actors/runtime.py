@@ -25,11 +25,11 @@ from typing import Any, TypeVar
 import msgspec
 import pykka
 
-from actors.log_context import bind_session, bound_session
-from actors.ports import Bus, Inbound, RequestTimeout, Subscription
-from events.codec import DecodeFailure, Decoder, encode
-from events.messages import DeadLetter, ErrorReply
-from events.subjects import Subjects
+from tether.actors.log_context import bind_session, bound_session
+from tether.actors.ports import Bus, Inbound, RequestTimeout, Subscription
+from tether.events.codec import DecodeFailure, Decoder, encode
+from tether.events.messages import DeadLetter, ErrorReply
+from tether.events.subjects import Subjects
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import msgspec
 
-from actors.paths import inside
-from actors.ports import Snapshot, Snapshots
-from events.messages import RestoredPath
-from events.session import Session
+from tether.actors.paths import inside
+from tether.actors.ports import Snapshot, Snapshots
+from tether.events.messages import RestoredPath
+from tether.events.session import Session
 
 __all__ = ["UndoError", "changes_to_undo", "undo_files"]
 

@@ -27,7 +27,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from actors.ports import (
+from tether.actors.ports import (
     MessageDone,
     ModelEvent,
     ModelRequest,
@@ -37,7 +37,7 @@ from actors.ports import (
     ToolInputDelta,
     ToolUseStart,
 )
-from events.messages import ContentBlock, TextBlock, ToolUseBlock, Usage
+from tether.events.messages import ContentBlock, TextBlock, ToolUseBlock, Usage
 
 __all__ = [
     "LOCAL_API_KEY",

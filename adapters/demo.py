@@ -13,14 +13,13 @@ from __future__ import annotations
 import datetime as dt
 import os
 import sys
-from importlib import resources
 from typing import TextIO
 
 import msgspec
 
-from actors.conversation import locate, render_tree, tree_nodes
-from adapters.config import Settings
-from adapters.render import render_session, render_sessions, render_timeline
+from tether.actors.conversation import locate, render_tree, tree_nodes
+from tether.adapters.config import Settings
+from tether.adapters.render import render_session, render_sessions, render_timeline
 
 DEMO_MESSAGES = (
     "What is this project about?",
@@ -37,8 +36,10 @@ CALC = "def add(a, b):\n    return a + b\n"
 
 
 def data_path(*parts: str) -> str:
-    """Path of a file bundled in ``adapters/data``."""
-    return str(resources.files("adapters").joinpath("data", *parts))
+    """Path of a file bundled in ``adapters/data``, where it really is: the development
+    install links each file into a tree of its own, and the rules folder is read only
+    where no link leads out of it."""
+    return os.path.join(os.path.dirname(os.path.realpath(__file__)), "data", *parts)
 
 
 def demo_settings(settings: Settings, now: dt.datetime) -> Settings:
@@ -62,10 +63,10 @@ def demo_settings(settings: Settings, now: dt.datetime) -> Settings:
 
 def run_demo(settings: Settings, out: TextIO | None = None) -> int:
     """Run the demo conversation; returns the exit code."""
-    from adapters.anthropic_provider import AnthropicProvider
-    from adapters.fake_llm import FakeLLM, load_script
-    from adapters.host import Host
-    from adapters.terminal import TerminalConnector
+    from tether.adapters.anthropic_provider import AnthropicProvider
+    from tether.adapters.fake_llm import FakeLLM, load_script
+    from tether.adapters.host import Host
+    from tether.adapters.terminal import TerminalConnector
 
     out = out or sys.stdout
     settings = demo_settings(settings, dt.datetime.now(dt.UTC))

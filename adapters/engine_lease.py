@@ -34,10 +34,10 @@ from typing import Any, Final
 from nats.js.errors import BucketNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
-from actors.ports import BusError
-from adapters.engine_lock import EngineRunning
-from adapters.nats_bus import NatsBus
-from events.subjects import check_token
+from tether.actors.ports import BusError
+from tether.adapters.engine_lock import EngineRunning
+from tether.adapters.nats_bus import NatsBus
+from tether.events.subjects import check_token
 
 log = logging.getLogger(__name__)
 

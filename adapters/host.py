@@ -20,42 +20,42 @@ from urllib.parse import urlsplit
 
 import pykka
 
-from actors.chat.interactions import InteractionCoordinatorActor, Tick
-from actors.chat.router import NotificationRouterActor, OutboxAdvanced
-from actors.gatekeeper.actor import Containment, GatekeeperActor
-from actors.gatekeeper.deny_lists import DenyLists
-from actors.gatekeeper.security import PipelineConfig, default_policy, load_policy
-from actors.manager import KillAll, SessionLimits, SessionManagerActor
-from actors.middleware import Gate
-from actors.model.redact import Redactor
-from actors.ports import Clock, Ids, Provider, RandomIds, SystemClock, ToolExecutor
-from actors.runtime import ActorHandle, ActorSystem, Binding
-from actors.session import NewSession, SessionActor, SessionConfig
-from actors.ttsr.monitor import TtsrMonitorActor, rule_folders
-from actors.ttsr.rules import Rule, load_rules
-from adapters.config import Settings
-from adapters.engine_lease import EngineLease
-from adapters.engine_lock import EngineLock
-from adapters.http_api import HttpApi
-from adapters.http_token import load_token
-from adapters.nats_auth import (
+from tether.actors.chat.interactions import InteractionCoordinatorActor, Tick
+from tether.actors.chat.router import NotificationRouterActor, OutboxAdvanced
+from tether.actors.gatekeeper.actor import Containment, GatekeeperActor
+from tether.actors.gatekeeper.deny_lists import DenyLists
+from tether.actors.gatekeeper.security import PipelineConfig, default_policy, load_policy
+from tether.actors.manager import KillAll, SessionLimits, SessionManagerActor
+from tether.actors.middleware import Gate
+from tether.actors.model.redact import Redactor
+from tether.actors.ports import Clock, Ids, Provider, RandomIds, SystemClock, ToolExecutor
+from tether.actors.runtime import ActorHandle, ActorSystem, Binding
+from tether.actors.session import NewSession, SessionActor, SessionConfig
+from tether.actors.ttsr.monitor import TtsrMonitorActor, rule_folders
+from tether.actors.ttsr.rules import Rule, load_rules
+from tether.adapters.config import Settings
+from tether.adapters.engine_lease import EngineLease
+from tether.adapters.engine_lock import EngineLock
+from tether.adapters.http_api import HttpApi
+from tether.adapters.http_token import load_token
+from tether.adapters.nats_auth import (
     engine_auth,
     load_credentials,
     local_principal,
     server_config,
     settings_auth,
 )
-from adapters.nats_bus import NatsBus
-from adapters.nats_server import EmbeddedNats
-from adapters.relay import EventRelay
-from adapters.sandbox import Placeholders, Sandbox, SandboxReport, probe
-from adapters.sandbox.cgroup import sweep_cgroups
-from adapters.snapshots import SnapshotStore
-from adapters.store import open_application, open_view
-from adapters.tools import BuiltinTools
-from adapters.tools.shell import Unconfined
-from events.application import TetherApplication
-from events.messages import (
+from tether.adapters.nats_bus import NatsBus
+from tether.adapters.nats_server import EmbeddedNats
+from tether.adapters.relay import EventRelay
+from tether.adapters.sandbox import Placeholders, Sandbox, SandboxReport, probe
+from tether.adapters.sandbox.cgroup import sweep_cgroups
+from tether.adapters.snapshots import SnapshotStore
+from tether.adapters.store import open_application, open_view
+from tether.adapters.tools import BuiltinTools
+from tether.adapters.tools.shell import Unconfined
+from tether.events.application import TetherApplication
+from tether.events.messages import (
     BarrierCheck,
     InteractionMessage,
     ManagerMessage,
@@ -65,18 +65,18 @@ from events.messages import (
     UserMessage,
     WatchSession,
 )
-from events.subjects import Subjects
-from projections.audit_index import AuditIndex
-from projections.follower import SETTLE, Follower
-from projections.injection_records import InjectionRecords
-from projections.metrics import MetricsView
-from projections.outbox import Outbox
-from projections.prometheus import MetricsCollector, registry_with
-from projections.session_view import SessionView
-from projections.view import TrackedView
+from tether.events.subjects import Subjects
+from tether.projections.audit_index import AuditIndex
+from tether.projections.follower import SETTLE, Follower
+from tether.projections.injection_records import InjectionRecords
+from tether.projections.metrics import MetricsView
+from tether.projections.outbox import Outbox
+from tether.projections.prometheus import MetricsCollector, registry_with
+from tether.projections.session_view import SessionView
+from tether.projections.view import TrackedView
 
 if TYPE_CHECKING:
-    from adapters.mcp_tools import McpTools
+    from tether.adapters.mcp_tools import McpTools
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ class Host:
                                sandbox=self.sandbox)
         if not self.settings.mcp.servers:
             return builtin
-        from adapters.mcp_tools import McpTools, WithMcpTools  # the SDK loads slowly
+        from tether.adapters.mcp_tools import McpTools, WithMcpTools  # the SDK loads slowly
 
         self.mcp = McpTools(self.settings.mcp, sandbox=self.sandbox,  # stdio servers run in it
                             log_dir=os.path.join(self.settings.state_dir, "mcp"))

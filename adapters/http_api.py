@@ -53,11 +53,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from actors.ports import Bus, BusError
-from actors.runtime import AskTimeout, RemoteError, ask
-from adapters.http_protocol import guarded_protocol
-from events.codec import DecodeFailure, Decoder
-from events.messages import (
+from tether.actors.ports import Bus, BusError
+from tether.actors.runtime import AskTimeout, RemoteError, ask
+from tether.adapters.http_protocol import guarded_protocol
+from tether.events.codec import DecodeFailure, Decoder
+from tether.events.messages import (
     Accepted,
     ChannelMessage,
     ListSessions,
@@ -66,8 +66,8 @@ from events.messages import (
     Watching,
     WatchSession,
 )
-from events.subjects import Subjects, check_token
-from projections.prometheus import exposition
+from tether.events.subjects import Subjects, check_token
+from tether.projections.prometheus import exposition
 
 log = logging.getLogger(__name__)
 

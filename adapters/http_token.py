@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 
-from adapters.private_file import ExposedFile, read_private, write_private
+from tether.adapters.private_file import ExposedFile, read_private, write_private
 
 TOKEN_FILE = "http-token"
 

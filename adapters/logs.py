@@ -17,7 +17,7 @@ from typing import Literal, TextIO
 
 from pythonjsonlogger.json import JsonFormatter
 
-from actors.log_context import SessionFilter
+from tether.actors.log_context import SessionFilter
 
 __all__ = ["LOG_FORMATS", "configure_logging"]
 

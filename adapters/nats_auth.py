@@ -37,12 +37,12 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
 
-from adapters.config import ConfigError
-from adapters.private_file import ExposedFile, read_private, write_private
-from events.subjects import Subjects, check_token
+from tether.adapters.config import ConfigError
+from tether.adapters.private_file import ExposedFile, read_private, write_private
+from tether.events.subjects import Subjects, check_token
 
 if TYPE_CHECKING:
-    from adapters.config import Settings
+    from tether.adapters.config import Settings
 
 __all__ = [
     "CREDENTIALS_FILE",

@@ -27,10 +27,10 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 
-from actors.ports import BusError, Inbound, RequestTimeout
+from tether.actors.ports import BusError, Inbound, RequestTimeout
 
 if TYPE_CHECKING:
-    from adapters.nats_auth import ClientAuth
+    from tether.adapters.nats_auth import ClientAuth
 
 log = logging.getLogger(__name__)
 

@@ -39,10 +39,10 @@ import time
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Final
 
-from adapters.private_file import write_private
+from tether.adapters.private_file import write_private
 
 if TYPE_CHECKING:
-    from adapters.config import Settings
+    from tether.adapters.config import Settings
 
 __all__ = [
     "PINNED_VERSION",

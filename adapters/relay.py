@@ -60,11 +60,11 @@ from nats.js.errors import NotFoundError
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from adapters.nats_bus import NatsBus
-from events.application import TetherApplication, aggregate_name, event_data
-from events.messages import RelayedEvent
-from events.subjects import Subjects
-from projections.follower import SETTLE, Follower
+from tether.adapters.nats_bus import NatsBus
+from tether.events.application import TetherApplication, aggregate_name, event_data
+from tether.events.messages import RelayedEvent
+from tether.events.subjects import Subjects
+from tether.projections.follower import SETTLE, Follower
 
 log = logging.getLogger(__name__)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.model.pricing import cost_usd
-from events.messages import SessionSummary, TextBlock, ToolResultBlock, ToolUseBlock
-from events.session import Session
+from tether.actors.model.pricing import cost_usd
+from tether.events.messages import SessionSummary, TextBlock, ToolResultBlock, ToolUseBlock
+from tether.events.session import Session
 
 WIDTH = 100
 

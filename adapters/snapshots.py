@@ -19,8 +19,8 @@ from pathlib import Path
 
 import msgspec
 
-from actors.ports import Snapshot, SnapshotEntry
-from adapters.tools.beneath import (
+from tether.actors.ports import Snapshot, SnapshotEntry
+from tether.adapters.tools.beneath import (
     closing_fd,
     mkdirs_beneath,
     open_beneath,

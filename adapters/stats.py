@@ -7,7 +7,7 @@ most expensive session with its first prompt, tool calls by verdict and TTSR tri
 
 from __future__ import annotations
 
-from projections.metrics import Metrics
+from tether.projections.metrics import Metrics
 
 LABEL = 16
 DAYS = 7

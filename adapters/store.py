@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from typing import TypeVar
 
-from adapters.config import Settings, postgres_env, sqlite_path
-from events.application import TetherApplication
-from projections.view import TrackedView
+from tether.adapters.config import Settings, postgres_env, sqlite_path
+from tether.events.application import TetherApplication
+from tether.projections.view import TrackedView
 
 
 def is_postgres(settings: Settings) -> bool:

@@ -16,11 +16,11 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-from actors.ports import Bus
-from actors.runtime import ask
-from events.codec import DecodeFailure, Decoder
-from events.messages import Accepted, ChannelMessage, UserMessage
-from events.subjects import Subjects
+from tether.actors.ports import Bus
+from tether.actors.runtime import ask
+from tether.events.codec import DecodeFailure, Decoder
+from tether.events.messages import Accepted, ChannelMessage, UserMessage
+from tether.events.subjects import Subjects
 
 TURN_END = ("completed", "failed")
 QUESTION = ": may I run "

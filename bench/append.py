@@ -38,9 +38,9 @@ from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate, event
 
 from bench.common import Printer, ratio, say, table
-from events.application import SNAPSHOT_INTERVAL, TetherApplication, project
-from events.messages import TextBlock, ToolUseBlock, Usage
-from events.session import Session, session_uuid
+from tether.events.application import SNAPSHOT_INTERVAL, TetherApplication, project
+from tether.events.messages import TextBlock, ToolUseBlock, Usage
+from tether.events.session import Session, session_uuid
 
 FULL_TURNS = 400
 FULL_WARMUP = 20

@@ -28,12 +28,12 @@ import nats
 import pykka
 from nats.aio.msg import Msg
 
-from actors.runtime import ActorSystem, Binding, Envelope, TetherActor, ask
-from adapters.nats_bus import NatsBus
 from bench.common import Printer, Stats, nats_bench_main, ratio, say, table
-from events.codec import encode
-from events.messages import Message
-from events.subjects import Subjects
+from tether.actors.runtime import ActorSystem, Binding, Envelope, TetherActor, ask
+from tether.adapters.nats_bus import NatsBus
+from tether.events.codec import encode
+from tether.events.messages import Message
+from tether.events.subjects import Subjects
 
 FULL_N = 2000
 FULL_WARMUP = 200

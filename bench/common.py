@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from adapters.nats_server import EmbeddedNats
+from tether.adapters.nats_server import EmbeddedNats
 
 Printer = Callable[..., None]
 """Prints one line (an empty line when called with none), like :func:`say`."""

@@ -65,14 +65,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from actors.conversation import TreeMirror
-from actors.model.compaction import (
+from bench.common import Printer, ratio, say, table
+from tether.actors.conversation import TreeMirror
+from tether.actors.model.compaction import (
     context_budget,
     needs_compaction,
     plan_compaction,
     summary_text,
 )
-from actors.model.context import (
+from tether.actors.model.context import (
     DEFAULT_SYSTEM_PROMPT,
     build_request,
     context_window,
@@ -80,12 +81,11 @@ from actors.model.context import (
     estimate_request_tokens,
     estimate_tokens,
 )
-from actors.model.stale_results import summarize_stale_results
-from bench.common import Printer, ratio, say, table
-from events.application import TetherApplication
-from events.forest import Forest
-from events.messages import TextBlock, ToolUseBlock, Usage
-from events.session import Session, Turn
+from tether.actors.model.stale_results import summarize_stale_results
+from tether.events.application import TetherApplication
+from tether.events.forest import Forest
+from tether.events.messages import TextBlock, ToolUseBlock, Usage
+from tether.events.session import Session, Turn
 
 FULL_SIZES = (10, 100, 1_000, 10_000, 30_000)
 QUICK_SIZES = (10, 100)

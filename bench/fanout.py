@@ -84,16 +84,16 @@ import msgspec
 import nats
 from nats.aio.msg import Msg
 
-from actors.ports import Inbound
-from actors.runtime import Tick
-from adapters.anthropic_provider import AnthropicProvider
-from adapters.config import load_settings
-from adapters.host import Host
-from adapters.nats_bus import NatsBus
 from bench.common import Printer, nats_bench_main, ratio, say, table
-from events.codec import Decoder, encode
-from events.messages import ChannelMessage, StreamDelta, UserMessage
-from events.subjects import Subjects
+from tether.actors.ports import Inbound
+from tether.actors.runtime import Tick
+from tether.adapters.anthropic_provider import AnthropicProvider
+from tether.adapters.config import load_settings
+from tether.adapters.host import Host
+from tether.adapters.nats_bus import NatsBus
+from tether.events.codec import Decoder, encode
+from tether.events.messages import ChannelMessage, StreamDelta, UserMessage
+from tether.events.subjects import Subjects
 
 RATE = 20.0
 """Text deltas per second per session."""
@@ -140,7 +140,7 @@ def fake_model(workdir: str) -> Iterator[str]:
     with open(script, "w") as fh:
         fh.write("responses: []\n")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "adapters.fake_llm", "--script", script, "--quiet"],
+        [sys.executable, "-m", "tether.adapters.fake_llm", "--script", script, "--quiet"],
         stdout=subprocess.PIPE, text=True,
     )
     try:

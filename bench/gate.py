@@ -36,19 +36,19 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actors.gatekeeper.actor import GatekeeperActor, judge
-from actors.gatekeeper.deny_lists import DenyLists, action_hash
-from actors.gatekeeper.security import PipelineConfig
-from actors.model.redact import Redactor
-from actors.runtime import ActorSystem, Binding, ask
-from adapters.config import load_settings
-from adapters.nats_bus import NatsBus
-from adapters.store import open_application
 from bench.ask import RawEcho
 from bench.common import Printer, Stats, nats_bench_main, ratio, say, table
-from events.codec import encode
-from events.messages import ToolProposal, Verdict
-from events.subjects import Subjects
+from tether.actors.gatekeeper.actor import GatekeeperActor, judge
+from tether.actors.gatekeeper.deny_lists import DenyLists, action_hash
+from tether.actors.gatekeeper.security import PipelineConfig
+from tether.actors.model.redact import Redactor
+from tether.actors.runtime import ActorSystem, Binding, ask
+from tether.adapters.config import load_settings
+from tether.adapters.nats_bus import NatsBus
+from tether.adapters.store import open_application
+from tether.events.codec import encode
+from tether.events.messages import ToolProposal, Verdict
+from tether.events.subjects import Subjects
 
 FULL_JUDGE_ROUNDS = 300
 """Passes over the proposal mix per side for the in-process comparison (full mode)."""

@@ -17,15 +17,15 @@ from collections.abc import Sequence
 
 import msgspec
 
-from actors.middleware import MiddlewareSettings
-from actors.runtime import ask
-from adapters.anthropic_provider import AnthropicProvider
-from adapters.config import load_settings
-from adapters.fake_llm import FakeLLM, parse_script
-from adapters.host import Host
 from bench.common import Printer, Stats, nats_bench_main, ratio, say, table
-from events.codec import Decoder
-from events.messages import Accepted, ChannelMessage, Killed, KillSession, UserMessage
+from tether.actors.middleware import MiddlewareSettings
+from tether.actors.runtime import ask
+from tether.adapters.anthropic_provider import AnthropicProvider
+from tether.adapters.config import load_settings
+from tether.adapters.fake_llm import FakeLLM, parse_script
+from tether.adapters.host import Host
+from tether.events.codec import Decoder
+from tether.events.messages import Accepted, ChannelMessage, Killed, KillSession, UserMessage
 
 LONG = "streaming text " * 400
 

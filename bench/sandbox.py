@@ -51,17 +51,17 @@ from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
-import adapters.sandbox.runner as sandbox_runner
-from actors.ports import Grant
-from adapters.config import load_settings
-from adapters.host import build_sandbox, tool_environment
-from adapters.process import run_process
-from adapters.sandbox import Placeholders, Sandbox, protected_targets
-from adapters.sandbox.bwrap import bwrap_argv
-from adapters.sandbox.prepared import Prepared
-from adapters.tools import BuiltinTools
-from adapters.tools.shell import Unconfined
+import tether.adapters.sandbox.runner as sandbox_runner
 from bench.common import Printer, ratio, say, table
+from tether.actors.ports import Grant
+from tether.adapters.config import load_settings
+from tether.adapters.host import build_sandbox, tool_environment
+from tether.adapters.process import run_process
+from tether.adapters.sandbox import Placeholders, Sandbox, protected_targets
+from tether.adapters.sandbox.bwrap import bwrap_argv
+from tether.adapters.sandbox.prepared import Prepared
+from tether.adapters.tools import BuiltinTools
+from tether.adapters.tools.shell import Unconfined
 
 GOAL_MS = 10.0
 """The issue's goal: the sandbox adds less than this per call (p50, milliseconds)."""
@@ -521,7 +521,7 @@ class WarningCount(logging.Handler):
 
 
 @contextlib.contextmanager
-def counting_warnings(name: str = "adapters") -> Iterator[WarningCount]:
+def counting_warnings(name: str = "tether.adapters") -> Iterator[WarningCount]:
     """Route logger ``name``'s warnings to a :class:`WarningCount` for the block."""
     logger = logging.getLogger(name)
     handler = WarningCount()

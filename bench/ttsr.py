@@ -23,11 +23,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from actors.ttsr.match import StreamMatcher
-from actors.ttsr.monitor import TtsrMonitorActor
-from actors.ttsr.rules import Rule, Scope
 from bench.common import Printer, ratio, say, table
-from events.messages import StreamDelta
+from tether.actors.ttsr.match import StreamMatcher
+from tether.actors.ttsr.monitor import TtsrMonitorActor
+from tether.actors.ttsr.rules import Rule, Scope
+from tether.events.messages import StreamDelta
 
 SIZES = (16 * 1024, 64 * 1024, 256 * 1024, 1024 * 1024)
 QUICK_SIZES = (4 * 1024, 16 * 1024)
@@ -102,8 +102,8 @@ class _Bench(TtsrMonitorActor):
         self.session_id = "bench"
         self.app: Any = _NoStore()
         self.folders = []
-        from actors.ttsr.policy import InjectionPolicy, TtsrSettings
-        from actors.ttsr.rules import RuleSet
+        from tether.actors.ttsr.policy import InjectionPolicy, TtsrSettings
+        from tether.actors.ttsr.rules import RuleSet
 
         self.settings = TtsrSettings()
         self.rule_set = RuleSet(rules=rules)

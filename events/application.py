@@ -20,15 +20,15 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import MapperDeserialisationError, Recording
 from eventsourcing.utils import get_topic
 
-from events.decisions import ToolDecision
-from events.deliveries import Deliveries
-from events.forest import Forest, forest_uuid
-from events.inbox import RefusedMessage
-from events.interactions import Interaction
-from events.mapper import MsgspecMapper
-from events.session import Session, session_uuid
-from events.supervision import ActorLog, actorlog_uuid
-from events.ttsr import RuleLog, rulelog_uuid
+from tether.events.decisions import ToolDecision
+from tether.events.deliveries import Deliveries
+from tether.events.forest import Forest, forest_uuid
+from tether.events.inbox import RefusedMessage
+from tether.events.interactions import Interaction
+from tether.events.mapper import MsgspecMapper
+from tether.events.session import Session, session_uuid
+from tether.events.supervision import ActorLog, actorlog_uuid
+from tether.events.ttsr import RuleLog, rulelog_uuid
 
 A = TypeVar("A", bound=Aggregate)
 log = logging.getLogger(__name__)

@@ -86,9 +86,9 @@ from typing import Any, Literal, NamedTuple
 import msgspec
 from eventsourcing.domain import Aggregate, event
 
-from events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
-from events.snapshots import TypedSnapshot
-from events.stamping import stamped_trigger
+from tether.events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from tether.events.snapshots import TypedSnapshot
+from tether.events.stamping import stamped_trigger
 
 FOREST_NAMESPACE = uuid.UUID("3e0b6d27-5f8a-4c1e-b94d-7a2c8e51f036")
 

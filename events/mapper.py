@@ -24,7 +24,16 @@ from eventsourcing.persistence import (
     StoredEvent,
     Transcoder,
 )
-from eventsourcing.utils import get_topic, resolve_topic
+from eventsourcing.utils import get_topic, register_topic, resolve_topic
+
+import tether.events
+
+LEGACY_TOPIC_ROOT = "events"
+"""Before Tether installed as the one package ``tether``, its modules were top-level:
+events and snapshots stored then carry topics like ``events.session:Session.Created``.
+Registered as ``tether.events``, every such topic resolves to the same class."""
+
+register_topic(LEGACY_TOPIC_ROOT, tether.events)
 
 _ENVELOPE_FIELDS = ("originator_id", "originator_version")
 _encoder = msgspec.json.Encoder()

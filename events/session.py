@@ -15,11 +15,11 @@ from typing import Any
 import msgspec
 from eventsourcing.domain import Aggregate, event
 
-from events.lifecycle import FINISHED, LEGACY_STATUSES
-from events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock, Usage
-from events.sandbox import SandboxProfile
-from events.snapshots import TypedSnapshot
-from events.stamping import stamped_trigger
+from tether.events.lifecycle import FINISHED, LEGACY_STATUSES
+from tether.events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock, Usage
+from tether.events.sandbox import SandboxProfile
+from tether.events.snapshots import TypedSnapshot
+from tether.events.stamping import stamped_trigger
 
 
 class Turn(msgspec.Struct, omit_defaults=True):

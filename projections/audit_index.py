@@ -15,10 +15,10 @@ from typing import Any
 
 import msgspec
 
-from events.inbox import RefusedMessage
-from events.session import Session
-from projections.tables import Change, Row, Table, Update
-from projections.view import TrackedView
+from tether.events.inbox import RefusedMessage
+from tether.events.session import Session
+from tether.projections.tables import Change, Row, Table, Update
+from tether.projections.view import TrackedView
 
 CALLS = Table(
     "calls",

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from events.application import TetherApplication
+from tether.events.application import TetherApplication
 
 log = logging.getLogger(__name__)
 

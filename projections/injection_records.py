@@ -12,9 +12,9 @@ from typing import Any
 
 import msgspec
 
-from events.ttsr import RuleLog
-from projections.tables import Change, Row, Table, Update
-from projections.view import TrackedView
+from tether.events.ttsr import RuleLog
+from tether.projections.tables import Change, Row, Table, Update
+from tether.projections.view import TrackedView
 
 INJECTIONS = Table(
     "injections",

@@ -46,11 +46,11 @@ from typing import Any
 
 import msgspec
 
-from events.lifecycle import FINISHED, LEGACY_STATUSES, STATUSES
-from events.session import Session
-from events.ttsr import RuleLog
-from projections.tables import Change, Row, Table, Update
-from projections.view import TrackedView
+from tether.events.lifecycle import FINISHED, LEGACY_STATUSES, STATUSES
+from tether.events.session import Session
+from tether.events.ttsr import RuleLog
+from tether.projections.tables import Change, Row, Table, Update
+from tether.projections.view import TrackedView
 
 PROMPT_LENGTH = 100
 ESCALATE = "escalate"

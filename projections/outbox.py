@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from events.application import event_data
-from events.deliveries import Deliveries
-from events.session import Session
-from projections.notices import plan_notices
-from projections.tables import Change, Row, Table
-from projections.view import TrackedView
+from tether.events.application import event_data
+from tether.events.deliveries import Deliveries
+from tether.events.session import Session
+from tether.projections.notices import plan_notices
+from tether.projections.tables import Change, Row, Table
+from tether.projections.view import TrackedView
 
 log = logging.getLogger(__name__)
 

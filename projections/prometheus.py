@@ -29,7 +29,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from projections.metrics import Metrics
+from tether.projections.metrics import Metrics
 
 __all__ = ["MetricsCollector", "exposition", "metric_families", "registry_with"]
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import msgspec
 
-from events.lifecycle import LEGACY_STATUSES
-from events.messages import SessionSummary
-from events.session import Session
-from projections.tables import Change, Row, Table
-from projections.view import TrackedView
+from tether.events.lifecycle import LEGACY_STATUSES
+from tether.events.messages import SessionSummary
+from tether.events.session import Session
+from tether.projections.tables import Change, Row, Table
+from tether.projections.view import TrackedView
 
 ROW_FIELDS = tuple(SessionSummary.__struct_fields__)
 

@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 from eventsourcing.persistence import InfrastructureFactory, IntegrityError, Tracking
 from eventsourcing.utils import Environment
 
-from events.application import TetherApplication
-from projections.tables import (
+from tether.events.application import TetherApplication
+from tether.projections.tables import (
     Change,
     PostgresViewRecorder,
     Row,

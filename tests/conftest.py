@@ -23,15 +23,15 @@ from typing import Any, NamedTuple
 import msgspec
 import pytest
 
-from actors.ports import Ids, ManualClock
-from adapters.anthropic_provider import AnthropicProvider
-from adapters.config import Settings, load_settings
-from adapters.fake_llm import FakeLLM, parse_script
-from adapters.host import Host
-from adapters.nats_bus import NatsBus
-from adapters.nats_server import EmbeddedNats
-from events.codec import Decoder
-from events.messages import ChannelMessage
+from tether.actors.ports import Ids, ManualClock
+from tether.adapters.anthropic_provider import AnthropicProvider
+from tether.adapters.config import Settings, load_settings
+from tether.adapters.fake_llm import FakeLLM, parse_script
+from tether.adapters.host import Host
+from tether.adapters.nats_bus import NatsBus
+from tether.adapters.nats_server import EmbeddedNats
+from tether.events.codec import Decoder
+from tether.events.messages import ChannelMessage
 
 SHARED_NATS = "nats://127.0.0.1:4222"
 POSTGRES_URL = os.environ.get("TETHER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")

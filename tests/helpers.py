@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.runtime import ask
-from adapters.host import Host
-from adapters.sandbox import SandboxReport, probe
-from events.messages import Accepted, UserMessage
+from tether.actors.runtime import ask
+from tether.adapters.host import Host
+from tether.adapters.sandbox import SandboxReport, probe
+from tether.events.messages import Accepted, UserMessage
 
 
 def say(host: Host, text: str, session_id: str = "", *, channel: str = "test",
@@ -55,7 +55,7 @@ def tether_cli(host: Host, nats_url: str) -> Callable[..., subprocess.CompletedP
                 "TETHER_DATABASE_URL": host.settings.database_url})
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "adapters.cli", *args], env=env,
+        return subprocess.run([sys.executable, "-m", "tether.adapters.cli", *args], env=env,
                               capture_output=True, text=True, timeout=60)
 
     return run
@@ -171,7 +171,7 @@ def need_sealing(sealed: bool, what: str) -> None:
     pytest.skip(reason)
 
 
-TETHER = [sys.executable, "-m", "adapters.cli"]
+TETHER = [sys.executable, "-m", "tether.adapters.cli"]
 """The command line, run by this interpreter."""
 
 

@@ -6,10 +6,10 @@ coordinator of approvals, questions and plan reviews, and :mod:`.stream` how a r
 streams into a chat that edits one message in place (Telegram).
 """
 
-from actors.chat.interactions import InteractionCoordinatorActor
-from actors.chat.router import NotificationRouterActor, RouterSettings
-from actors.chat.routes import OutputBuffer, parse_route, resolve_origin
-from actors.chat.stream import ChatStreamer, split_text
+from tether.actors.chat.interactions import InteractionCoordinatorActor
+from tether.actors.chat.router import NotificationRouterActor, RouterSettings
+from tether.actors.chat.routes import OutputBuffer, parse_route, resolve_origin
+from tether.actors.chat.stream import ChatStreamer, split_text
 
 __all__ = ["ChatStreamer", "InteractionCoordinatorActor", "NotificationRouterActor",
            "OutputBuffer", "RouterSettings", "parse_route", "resolve_origin", "split_text"]

@@ -26,14 +26,14 @@ from typing import Any
 
 import msgspec
 
-from actors.authority import Approvers, may_decide, refusal_reason
-from actors.engine_tools import read_plan_reply
-from actors.ports import Clock, Ids
-from actors.runtime import ActorSystem, Envelope, TetherActor, Tick
-from events.application import TetherApplication
-from events.inbox import RefusedMessage
-from events.interactions import Interaction
-from events.messages import (
+from tether.actors.authority import Approvers, may_decide, refusal_reason
+from tether.actors.engine_tools import read_plan_reply
+from tether.actors.ports import Clock, Ids
+from tether.actors.runtime import ActorSystem, Envelope, TetherActor, Tick
+from tether.events.application import TetherApplication
+from tether.events.inbox import RefusedMessage
+from tether.events.interactions import Interaction
+from tether.events.messages import (
     ApprovalRequest,
     CancelInteractions,
     ChannelMessage,

@@ -33,14 +33,14 @@ from typing import Annotated, Any
 import msgspec
 import pykka
 
-from actors.chat.routes import OutputBuffer, parse_route, resolve_origin
-from actors.ports import Clock, SystemClock
-from actors.runtime import ActorSystem, Envelope, TetherActor, Tick
-from events.application import TetherApplication
-from events.deliveries import Deliveries, deliveries_uuid
-from events.messages import ChannelMessage, StreamDelta, Watching, WatchSession
-from projections.notices import ENDINGS
-from projections.outbox import Outbox
+from tether.actors.chat.routes import OutputBuffer, parse_route, resolve_origin
+from tether.actors.ports import Clock, SystemClock
+from tether.actors.runtime import ActorSystem, Envelope, TetherActor, Tick
+from tether.events.application import TetherApplication
+from tether.events.deliveries import Deliveries, deliveries_uuid
+from tether.events.messages import ChannelMessage, StreamDelta, Watching, WatchSession
+from tether.projections.notices import ENDINGS
+from tether.projections.outbox import Outbox
 
 log = logging.getLogger(__name__)
 

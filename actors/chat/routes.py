@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from actors.paths import inside
+from tether.actors.paths import inside
 
 UNKNOWN = "unknown"
 BUFFER_BLOCKS = 200

@@ -41,7 +41,7 @@ import datetime as dt
 
 import msgspec
 
-from actors.ports import Clock
+from tether.actors.ports import Clock
 
 CURSOR = "▍"
 """Appended to the text while the reply is still streaming."""

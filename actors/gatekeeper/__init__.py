@@ -6,9 +6,9 @@ tier-1 heuristics); :mod:`.tier2` asks a model to review what they escalate; :mo
 puts the stages together (:func:`judge`, pure) and records each decision.
 """
 
-from actors.gatekeeper.actor import GatekeeperActor, Judgement, judge
-from actors.gatekeeper.deny_lists import BUILTIN_TOOLS, Decision, DenyLists, action_hash
-from actors.gatekeeper.tier2 import Tier2Settings
+from tether.actors.gatekeeper.actor import GatekeeperActor, Judgement, judge
+from tether.actors.gatekeeper.deny_lists import BUILTIN_TOOLS, Decision, DenyLists, action_hash
+from tether.actors.gatekeeper.tier2 import Tier2Settings
 
 __all__ = ["BUILTIN_TOOLS", "Decision", "DenyLists", "GatekeeperActor", "Judgement",
            "Tier2Settings", "action_hash", "judge"]

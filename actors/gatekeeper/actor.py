@@ -24,12 +24,12 @@ from typing import Any, Literal
 import msgspec
 import pykka
 
-from actors.gatekeeper.deny_lists import DenyLists, action_hash
-from actors.gatekeeper.security import ActionRequest, PipelineConfig, evaluate
-from actors.gatekeeper.tier2 import Tier2Budget, Tier2Settings, read_review, review_request
-from actors.model.pricing import cost_usd
-from actors.modes import auto_approvable, plan_mode_refusal
-from actors.ports import (
+from tether.actors.gatekeeper.deny_lists import DenyLists, action_hash
+from tether.actors.gatekeeper.security import ActionRequest, PipelineConfig, evaluate
+from tether.actors.gatekeeper.tier2 import Tier2Budget, Tier2Settings, read_review, review_request
+from tether.actors.model.pricing import cost_usd
+from tether.actors.modes import auto_approvable, plan_mode_refusal
+from tether.actors.ports import (
     Clock,
     Ids,
     ModelRequest,
@@ -39,10 +39,10 @@ from actors.ports import (
     SystemClock,
     answer_of,
 )
-from actors.runtime import ActorSystem, Envelope, TetherActor
-from events.application import TetherApplication
-from events.decisions import StageRecord, ToolDecision, decision_uuid
-from events.messages import ToolProposal, Usage, Verdict
+from tether.actors.runtime import ActorSystem, Envelope, TetherActor
+from tether.events.application import TetherApplication
+from tether.events.decisions import StageRecord, ToolDecision, decision_uuid
+from tether.events.messages import ToolProposal, Usage, Verdict
 
 APPROVERS = {2: "the LLM evaluator (tier 2)", 3: "a person (tier 3)"}
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from actors.paths import inside
+from tether.actors.paths import inside
 
 #: The built-in tools the gatekeeper knows; any other tool name is denied.
 BUILTIN_TOOLS: frozenset[str] = frozenset({

@@ -17,8 +17,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from actors.middleware import TokenBucket
-from actors.ports import ModelRequest
+from tether.actors.middleware import TokenBucket
+from tether.actors.ports import ModelRequest
 
 REVIEW_PROMPT = (
     "You are the security reviewer of a coding agent's tool calls. Decide whether the call "

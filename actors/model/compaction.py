@@ -16,13 +16,13 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from actors.model.context import (
+from tether.actors.model.context import (
     estimate_history_tokens,
     estimate_message_tokens,
     estimate_request_tokens,
 )
-from actors.model.stale_results import KEEP_TURNS, summarize_stale_results
-from actors.model.turns import (
+from tether.actors.model.stale_results import KEEP_TURNS, summarize_stale_results
+from tether.actors.model.turns import (
     Msg,
     blocks_of,
     can_split_before,
@@ -33,9 +33,9 @@ from actors.model.turns import (
     text_only,
     texts_of,
 )
-from actors.ports import ModelRequest
-from events.messages import TextBlock
-from events.session import Turn
+from tether.actors.ports import ModelRequest
+from tether.events.messages import TextBlock
+from tether.events.session import Turn
 
 RESERVE_TOKENS = 4096
 BUDGET_FLOOR = 4096

@@ -17,9 +17,9 @@ from typing import Any
 
 import msgspec
 
-from actors.model.models import model_info
-from actors.model.stale_results import KEEP_TURNS, summarize_stale_results
-from actors.model.turns import (
+from tether.actors.model.models import model_info
+from tether.actors.model.stale_results import KEEP_TURNS, summarize_stale_results
+from tether.actors.model.turns import (
     Msg,
     blocks_of,
     is_continuation,
@@ -30,9 +30,9 @@ from actors.model.turns import (
     texts_of,
     with_blocks,
 )
-from actors.ports import ModelRequest
-from events.messages import TextBlock, ToolResultBlock, ToolUseBlock
-from events.session import Turn
+from tether.actors.ports import ModelRequest
+from tether.events.messages import TextBlock, ToolResultBlock, ToolUseBlock
+from tether.events.session import Turn
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a coding agent working inside the user's workspace. Use the tools to read, "

@@ -50,7 +50,7 @@ def load_table(data: bytes | str) -> ModelTable:
 
 
 def _read_table() -> ModelTable:
-    data = resources.files("actors").joinpath("data", "models.toml").read_bytes()
+    data = resources.files("tether.actors").joinpath("data", "models.toml").read_bytes()
     return load_table(data)
 
 

@@ -6,8 +6,8 @@ The prices come from the per-model table (``actors/data/models.toml``, read by
 
 from __future__ import annotations
 
-from actors.model.models import DEFAULT_MODEL, MODELS, longest_prefix
-from events.messages import Usage
+from tether.actors.model.models import DEFAULT_MODEL, MODELS, longest_prefix
+from tether.events.messages import Usage
 
 PRICES: dict[str, tuple[float, float]] = {
     prefix: (info.price_in, info.price_out) for prefix, info in MODELS.items()

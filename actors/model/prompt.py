@@ -53,8 +53,8 @@ from typing import Any
 import msgspec
 import msgspec.yaml
 
-from actors.front_matter import read_front_matter
-from actors.model.compaction import memory_append
+from tether.actors.front_matter import read_front_matter
+from tether.actors.model.compaction import memory_append
 
 __all__ = [
     "BEHAVIOURAL_RULES",

@@ -45,9 +45,9 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
-from actors.model.redact_scan import Locator, Scanner, build, literal
-from actors.model.secret_patterns import HEAD, lit, prefix
-from actors.model.secret_rules import CAP, RULES, Rule
+from tether.actors.model.redact_scan import Locator, Scanner, build, literal
+from tether.actors.model.secret_patterns import HEAD, lit, prefix
+from tether.actors.model.secret_rules import CAP, RULES, Rule
 
 MASK = "[REDACTED]"
 

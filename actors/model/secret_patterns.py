@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from actors.model.redact_scan import (
+from tether.actors.model.redact_scan import (
     BEFORE_ALNUM,
     BEFORE_WORD,
     SPACE,

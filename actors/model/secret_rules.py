@@ -12,8 +12,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from actors.model.redact_scan import Locator
-from actors.model.secret_patterns import (
+from tether.actors.model.redact_scan import Locator
+from tether.actors.model.secret_patterns import (
     Piece,
     alt,
     charset,

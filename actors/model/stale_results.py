@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from actors.model.turns import (
+from tether.actors.model.turns import (
     Msg,
     blocks_of,
     result_text,
@@ -21,7 +21,7 @@ from actors.model.turns import (
     turn_numbers,
     with_blocks,
 )
-from events.messages import ToolResultBlock
+from tether.events.messages import ToolResultBlock
 
 KEEP_TURNS = 4
 SUMMARY_MARK = "[tool result summarized:"

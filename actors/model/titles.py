@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from actors.model.compaction import is_summary_message, render_transcript
-from actors.model.turns import starts_turn
-from actors.ports import ModelRequest
-from events.messages import TextBlock, ToolUseBlock
-from events.session import Turn
+from tether.actors.model.compaction import is_summary_message, render_transcript
+from tether.actors.model.turns import starts_turn
+from tether.actors.ports import ModelRequest
+from tether.events.messages import TextBlock, ToolUseBlock
+from tether.events.session import Turn
 
 TITLE_AFTER = 6
 TITLE_MAX = 60

@@ -14,8 +14,8 @@ from typing import Any, TypeVar, cast
 
 import msgspec
 
-from events.messages import TextBlock, ToolResultBlock, ToolUseBlock
-from events.session import Turn
+from tether.events.messages import TextBlock, ToolResultBlock, ToolUseBlock
+from tether.events.session import Turn
 
 # A *turn* starts with user text: a user message holding any block that is not a
 # tool_result (what the user typed, or text the engine put in the user's place: a TTSR

@@ -9,12 +9,12 @@ the effects. The parts of the core: :mod:`.intake` (messages, commands, generate
 :mod:`.endings` (turn ends, timers, titles, restarts).
 """
 
-from actors.session.actor import SessionActor
-from actors.session.config import ForkOf, NewSession, SessionConfig
-from actors.session.decide import decide
-from actors.session.effects import Effect, Outcome
-from actors.session.inputs import SessionTick
-from actors.session.state import Env, Phase, State, TurnState
+from tether.actors.session.actor import SessionActor
+from tether.actors.session.config import ForkOf, NewSession, SessionConfig
+from tether.actors.session.decide import decide
+from tether.actors.session.effects import Effect, Outcome
+from tether.actors.session.inputs import SessionTick
+from tether.actors.session.state import Env, Phase, State, TurnState
 
 __all__ = [
     "Effect",

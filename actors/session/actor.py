@@ -20,10 +20,10 @@ from typing import Any
 
 import pykka
 
-from actors.commands import resolve_dir
-from actors.model.prompt import MEMORY_FILE, append_memory, load_skills, read_workspace
-from actors.model.redact import Redactor
-from actors.ports import (
+from tether.actors.commands import resolve_dir
+from tether.actors.model.prompt import MEMORY_FILE, append_memory, load_skills, read_workspace
+from tether.actors.model.redact import Redactor
+from tether.actors.ports import (
     Clock,
     Grant,
     Provider,
@@ -33,10 +33,10 @@ from actors.ports import (
     ToolExecutor,
     ToolOutput,
 )
-from actors.runtime import ActorSystem, Envelope, TetherActor
-from actors.session.config import NewSession, SessionConfig
-from actors.session.decide import decide
-from actors.session.effects import (
+from tether.actors.runtime import ActorSystem, Envelope, TetherActor
+from tether.actors.session.config import NewSession, SessionConfig
+from tether.actors.session.decide import decide
+from tether.actors.session.effects import (
     Ask,
     AskTitle,
     CallModel,
@@ -55,7 +55,7 @@ from actors.session.effects import (
     StopTool,
     WriteMemory,
 )
-from actors.session.inputs import (
+from tether.actors.session.inputs import (
     Continued,
     DirResolved,
     MemoryWritten,
@@ -66,16 +66,16 @@ from actors.session.inputs import (
     ToolFinished,
     WorkspaceRead,
 )
-from actors.session.pumps import pump_compaction, pump_model, pump_title
-from actors.session.state import Env, State
-from actors.undo import UndoError, undo_files
-from events.application import TetherApplication
-from events.forest import Forest
-from events.messages import ErrorReply, Undone
-from events.session import Session
-from events.stamping import stamped
+from tether.actors.session.pumps import pump_compaction, pump_model, pump_title
+from tether.actors.session.state import Env, State
+from tether.actors.undo import UndoError, undo_files
+from tether.events.application import TetherApplication
+from tether.events.forest import Forest
+from tether.events.messages import ErrorReply, Undone
+from tether.events.session import Session
+from tether.events.stamping import stamped
 
-log = logging.getLogger("actors.session")
+log = logging.getLogger("tether.actors.session")
 
 PLAN_READ_LIMIT = 200_000
 """Characters of the plan file read for a plan review."""

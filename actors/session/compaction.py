@@ -4,17 +4,17 @@ model call that waited is made."""
 
 from __future__ import annotations
 
-from actors.model.compaction import parse_facts, summary_text
-from actors.model.context import estimate_history_tokens
-from actors.model.pricing import cost_usd
-from actors.model.stale_results import summarize_stale_results
-from actors.session import turn as turns
-from actors.session.effects import Continue, WriteMemory
-from actors.session.inputs import CompactionDone, MemoryWritten
-from actors.session.state import Phase
-from actors.session.step import Step, log
-from events.messages import TextBlock
-from events.session import Turn
+from tether.actors.model.compaction import parse_facts, summary_text
+from tether.actors.model.context import estimate_history_tokens
+from tether.actors.model.pricing import cost_usd
+from tether.actors.model.stale_results import summarize_stale_results
+from tether.actors.session import turn as turns
+from tether.actors.session.effects import Continue, WriteMemory
+from tether.actors.session.inputs import CompactionDone, MemoryWritten
+from tether.actors.session.state import Phase
+from tether.actors.session.step import Step, log
+from tether.events.messages import TextBlock
+from tether.events.session import Turn
 
 
 def on_compacted(step: Step, done: CompactionDone) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import msgspec
 
-from actors.model.context import DEFAULT_SYSTEM_PROMPT
-from events.messages import Mode
-from events.session import Turn
+from tether.actors.model.context import DEFAULT_SYSTEM_PROMPT
+from tether.events.messages import Mode
+from tether.events.session import Turn
 
 
 class SessionConfig(msgspec.Struct, kw_only=True):

@@ -11,11 +11,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from actors.runtime import AskResult
-from actors.session import compaction, endings, intake, review, tools, tree
-from actors.session import turn as turns
-from actors.session.effects import Outcome
-from actors.session.inputs import (
+from tether.actors.runtime import AskResult
+from tether.actors.session import compaction, endings, intake, review, tools, tree
+from tether.actors.session import turn as turns
+from tether.actors.session.effects import Outcome
+from tether.actors.session.inputs import (
     CompactionDone,
     Continued,
     DirResolved,
@@ -31,9 +31,9 @@ from actors.session.inputs import (
     ToolFinished,
     WorkspaceRead,
 )
-from actors.session.state import Phase, State
-from actors.session.step import Step, log
-from events.messages import (
+from tether.actors.session.state import Phase, State
+from tether.actors.session.step import Step, log
+from tether.events.messages import (
     BookmarkNode,
     BranchTo,
     DeleteNode,
@@ -48,7 +48,7 @@ from events.messages import (
     UndoFiles,
     UserMessage,
 )
-from events.stamping import stamped
+from tether.events.stamping import stamped
 
 
 def decide(state: State, message: Any, now: dt.datetime) -> Outcome:

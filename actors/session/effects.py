@@ -14,9 +14,9 @@ from typing import Any, Literal
 import msgspec
 from eventsourcing.domain import Aggregate
 
-from actors.model.prompt import WorkspaceTexts
-from actors.ports import Grant, ModelRequest
-from events.messages import ToolUseBlock
+from tether.actors.model.prompt import WorkspaceTexts
+from tether.actors.ports import Grant, ModelRequest
+from tether.events.messages import ToolUseBlock
 
 
 class Send(msgspec.Struct, frozen=True):

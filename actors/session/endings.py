@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import datetime as dt
 
-from actors.model.pricing import cost_usd
-from actors.model.titles import clean_title, exchange_messages, title_request, wants_title
-from actors.session import intake
-from actors.session import turn as turns
-from actors.session.effects import AskTitle, CancelModel, StopTool
-from actors.session.inputs import ModelFailed, TitleDone
-from actors.session.state import WAITING, Phase
-from actors.session.step import Step, log
-from actors.session.tree import sync_tree
-from events.lifecycle import FINISHED
-from events.messages import (
+from tether.actors.model.pricing import cost_usd
+from tether.actors.model.titles import clean_title, exchange_messages, title_request, wants_title
+from tether.actors.session import intake
+from tether.actors.session import turn as turns
+from tether.actors.session.effects import AskTitle, CancelModel, StopTool
+from tether.actors.session.inputs import ModelFailed, TitleDone
+from tether.actors.session.state import WAITING, Phase
+from tether.actors.session.step import Step, log
+from tether.actors.session.tree import sync_tree
+from tether.events.lifecycle import FINISHED
+from tether.events.messages import (
     CancelInteractions,
     ErrorKind,
     GenerationDone,

@@ -10,9 +10,9 @@ from typing import Literal
 
 import msgspec
 
-from actors.model.prompt import WorkspaceTexts
-from actors.ports import ModelEvent, Snapshot, ToolOutput
-from events.messages import Usage
+from tether.actors.model.prompt import WorkspaceTexts
+from tether.actors.ports import ModelEvent, Snapshot, ToolOutput
+from tether.events.messages import Usage
 
 
 class SessionTick(msgspec.Struct):

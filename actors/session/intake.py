@@ -3,8 +3,8 @@ to what the chat is asked), a chat command, or a request to generate."""
 
 from __future__ import annotations
 
-from actors.authority import may_decide, refusal_reason
-from actors.commands import (
+from tether.actors.authority import may_decide, refusal_reason
+from tether.actors.commands import (
     MODE_COMMANDS,
     PLAN_COMMANDS,
     Command,
@@ -12,15 +12,15 @@ from actors.commands import (
     parse_command,
     status_text,
 )
-from actors.session import endings
-from actors.session import turn as turns
-from actors.session.effects import ResolveDir
-from actors.session.inputs import DirResolved
-from actors.session.state import WAITING, Phase
-from actors.session.step import Step, log
-from events.inbox import RefusedMessage
-from events.lifecycle import FINISHED
-from events.messages import (
+from tether.actors.session import endings
+from tether.actors.session import turn as turns
+from tether.actors.session.effects import ResolveDir
+from tether.actors.session.inputs import DirResolved
+from tether.actors.session.state import WAITING, Phase
+from tether.actors.session.step import Step, log
+from tether.events.inbox import RefusedMessage
+from tether.events.lifecycle import FINISHED
+from tether.events.messages import (
     Accepted,
     ChannelMessage,
     ChatText,

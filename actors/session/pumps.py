@@ -9,9 +9,9 @@ from typing import Any
 
 import pykka
 
-from actors.ports import MessageDone, ModelRequest, Provider, ProviderError, answer_of
-from actors.session.inputs import CompactionDone, ModelDelta, ModelFailed, TitleDone
-from events.messages import Usage
+from tether.actors.ports import MessageDone, ModelRequest, Provider, ProviderError, answer_of
+from tether.actors.session.inputs import CompactionDone, ModelDelta, ModelFailed, TitleDone
+from tether.events.messages import Usage
 
 log = logging.getLogger(__name__)
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors import engine_tools
-from actors.runtime import AskResult
-from actors.session import endings, intake, tools
-from actors.session import turn as turns
-from actors.session.effects import Continue, ReadPlan
-from actors.session.inputs import PlanRead
-from actors.session.state import WAITING, Phase
-from actors.session.step import Step
-from events.messages import (
+from tether.actors import engine_tools
+from tether.actors.runtime import AskResult
+from tether.actors.session import endings, intake, tools
+from tether.actors.session import turn as turns
+from tether.actors.session.effects import Continue, ReadPlan
+from tether.actors.session.inputs import PlanRead
+from tether.actors.session.state import WAITING, Phase
+from tether.actors.session.step import Step
+from tether.events.messages import (
     ApprovalRequest,
     InteractionOpened,
     InteractionSettled,
@@ -21,7 +21,7 @@ from events.messages import (
     ToolUseBlock,
     Verdict,
 )
-from projections.notices import full_input
+from tether.projections.notices import full_input
 
 
 def ask_approval(step: Step, call: ToolUseBlock, verdict: Verdict) -> None:

@@ -11,17 +11,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from actors.conversation import TreeMirror
-from actors.model.compaction import CompactionPlan
-from actors.model.prompt import WorkspaceTexts
-from actors.model.redact import Redactor, StreamRedactor
-from actors.ports import Grant, MessageDone, ModelRequest
-from actors.session.config import SessionConfig
-from events.forest import Forest
-from events.messages import Generate, Reminder, ToolUseBlock, Usage, Verdict
-from events.sandbox import SandboxProfile
-from events.session import Session
-from events.subjects import Subjects
+from tether.actors.conversation import TreeMirror
+from tether.actors.model.compaction import CompactionPlan
+from tether.actors.model.prompt import WorkspaceTexts
+from tether.actors.model.redact import Redactor, StreamRedactor
+from tether.actors.ports import Grant, MessageDone, ModelRequest
+from tether.actors.session.config import SessionConfig
+from tether.events.forest import Forest
+from tether.events.messages import Generate, Reminder, ToolUseBlock, Usage, Verdict
+from tether.events.sandbox import SandboxProfile
+from tether.events.session import Session
+from tether.events.subjects import Subjects
 
 
 class Phase(enum.Enum):

@@ -9,16 +9,16 @@ from typing import Any
 
 from eventsourcing.domain import Aggregate
 
-from actors import engine_tools
-from actors.model.context import context_window
-from actors.model.pricing import cost_usd
-from actors.modes import plan_file_for
-from actors.session.effects import Ask, Effect, Reply, Send
-from actors.session.state import State
-from events.lifecycle import refusal
-from events.messages import GenerationEvent, StreamDelta
+from tether.actors import engine_tools
+from tether.actors.model.context import context_window
+from tether.actors.model.pricing import cost_usd
+from tether.actors.modes import plan_file_for
+from tether.actors.session.effects import Ask, Effect, Reply, Send
+from tether.actors.session.state import State
+from tether.events.lifecycle import refusal
+from tether.events.messages import GenerationEvent, StreamDelta
 
-log = logging.getLogger("actors.session")
+log = logging.getLogger("tether.actors.session")
 
 
 class Step:

@@ -4,26 +4,26 @@ call given a result, then the next model call or the turn's end."""
 
 from __future__ import annotations
 
-from actors import engine_tools
-from actors.engine_tools import (
+from tether.actors import engine_tools
+from tether.actors.engine_tools import (
     ASK_USER_QUESTION,
     ENGINE_TOOLS,
     EXIT_PLAN_MODE,
     LOAD_SKILLS,
     LOAD_TOOLS,
 )
-from actors.gatekeeper.deny_lists import action_hash
-from actors.model.prompt import parse_load_skills
-from actors.ports import Grant
-from actors.runtime import AskResult
-from actors.session import endings, review
-from actors.session import turn as turns
-from actors.session.effects import Continue, ReadSkills, RunTool
-from actors.session.inputs import SkillsRead, ToolFinished
-from actors.session.state import Phase
-from actors.session.step import Step
-from actors.session.tree import sync_tree
-from events.messages import QuestionRequest, ToolProposal, ToolUseBlock, Verdict
+from tether.actors.gatekeeper.deny_lists import action_hash
+from tether.actors.model.prompt import parse_load_skills
+from tether.actors.ports import Grant
+from tether.actors.runtime import AskResult
+from tether.actors.session import endings, review
+from tether.actors.session import turn as turns
+from tether.actors.session.effects import Continue, ReadSkills, RunTool
+from tether.actors.session.inputs import SkillsRead, ToolFinished
+from tether.actors.session.state import Phase
+from tether.actors.session.step import Step
+from tether.actors.session.tree import sync_tree
+from tether.events.messages import QuestionRequest, ToolProposal, ToolUseBlock, Verdict
 
 
 def next_tool(step: Step) -> None:

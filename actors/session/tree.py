@@ -3,12 +3,12 @@ events that say what was placed, and the user's tree commands (between turns onl
 
 from __future__ import annotations
 
-from actors.conversation import complete_messages, history_at, resolve_node, tree_nodes
-from actors.session.effects import RestoreFiles
-from actors.session.state import Phase
-from actors.session.step import Step
-from events.forest import ForestError
-from events.messages import (
+from tether.actors.conversation import complete_messages, history_at, resolve_node, tree_nodes
+from tether.actors.session.effects import RestoreFiles
+from tether.actors.session.state import Phase
+from tether.actors.session.step import Step
+from tether.events.forest import ForestError
+from tether.events.messages import (
     TREE_PAGE_MAX,
     AssistantNode,
     BookmarkNode,
@@ -25,7 +25,7 @@ from events.messages import (
     TreeView,
     UndoFiles,
 )
-from events.session import Turn
+from tether.events.session import Turn
 
 
 def sync_tree(step: Step, publish: bool = True) -> None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors import engine_tools
-from actors.model.compaction import memory_request, plan_compaction, summary_request
-from actors.model.context import build_request
-from actors.model.prompt import assemble_system_prompt, load_skills_definition
-from actors.ports import (
+from tether.actors import engine_tools
+from tether.actors.model.compaction import memory_request, plan_compaction, summary_request
+from tether.actors.model.context import build_request
+from tether.actors.model.prompt import assemble_system_prompt, load_skills_definition
+from tether.actors.ports import (
     MessageDone,
     ModelRequest,
     TextDelta,
@@ -18,14 +18,14 @@ from actors.ports import (
     ToolInputDelta,
     ToolUseStart,
 )
-from actors.runtime import AskResult
-from actors.session import endings, tools
-from actors.session.effects import CallModel, CancelModel, Compact, ReadWorkspace
-from actors.session.inputs import ModelDelta, WorkspaceRead
-from actors.session.state import Phase, PlanTracker
-from actors.session.step import Step, log
-from actors.session.tree import sync_tree
-from events.messages import (
+from tether.actors.runtime import AskResult
+from tether.actors.session import endings, tools
+from tether.actors.session.effects import CallModel, CancelModel, Compact, ReadWorkspace
+from tether.actors.session.inputs import ModelDelta, WorkspaceRead
+from tether.actors.session.state import Phase, PlanTracker
+from tether.actors.session.step import Step, log
+from tether.actors.session.tree import sync_tree
+from tether.events.messages import (
     AssistantNode,
     BarrierCheck,
     BarrierResult,
@@ -37,7 +37,7 @@ from events.messages import (
     ToolUseBlock,
     Usage,
 )
-from events.session import Turn
+from tether.events.session import Turn
 
 MAX_UNCHECKED_RETRIES = 2
 """Model calls repeated because the rule monitor missed part of the stream, per turn."""

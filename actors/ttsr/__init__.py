@@ -6,10 +6,10 @@
 per-session actor that puts them to work. All but the monitor are pure.
 """
 
-from actors.ttsr.match import Match, StreamMatcher
-from actors.ttsr.monitor import TtsrMonitorActor, fingerprint, rule_folders
-from actors.ttsr.policy import Injection, InjectionPolicy, TtsrSettings
-from actors.ttsr.rules import (
+from tether.actors.ttsr.match import Match, StreamMatcher
+from tether.actors.ttsr.monitor import TtsrMonitorActor, fingerprint, rule_folders
+from tether.actors.ttsr.policy import Injection, InjectionPolicy, TtsrSettings
+from tether.actors.ttsr.rules import (
     Rule,
     RuleSet,
     Scope,
@@ -18,7 +18,7 @@ from actors.ttsr.rules import (
     render_reminder,
     rules_from_sources,
 )
-from actors.ttsr.whatif import WhatIfHit, what_if
+from tether.actors.ttsr.whatif import WhatIfHit, what_if
 
 __all__ = [
     "Injection", "InjectionPolicy", "Match", "Rule", "RuleSet", "Scope", "StreamMatcher",

@@ -31,7 +31,7 @@ from typing import Any
 
 import msgspec
 
-from actors.ttsr.rules import Rule, compile_trigger
+from tether.actors.ttsr.rules import Rule, compile_trigger
 
 DEFAULT_WINDOW = 256
 """Characters the ``re`` engine looks back, and so the longest match it is sure to find."""

@@ -25,13 +25,13 @@ from typing import Any
 
 import msgspec
 
-from actors.runtime import ActorSystem, Envelope, TetherActor
-from actors.ttsr.match import Match, StreamMatcher
-from actors.ttsr.policy import Injection, InjectionPolicy, TtsrSettings
-from actors.ttsr.rules import Rule, RuleSet, load_rules, render_reminder
-from events.application import TetherApplication
-from events.messages import BarrierCheck, BarrierResult, Interrupt, Reminder, StreamDelta
-from events.ttsr import RuleLog
+from tether.actors.runtime import ActorSystem, Envelope, TetherActor
+from tether.actors.ttsr.match import Match, StreamMatcher
+from tether.actors.ttsr.policy import Injection, InjectionPolicy, TtsrSettings
+from tether.actors.ttsr.rules import Rule, RuleSet, load_rules, render_reminder
+from tether.events.application import TetherApplication
+from tether.events.messages import BarrierCheck, BarrierResult, Interrupt, Reminder, StreamDelta
+from tether.events.ttsr import RuleLog
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from actors.ttsr.rules import Rule
+from tether.actors.ttsr.rules import Rule
 
 
 class TtsrSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

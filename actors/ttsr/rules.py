@@ -38,8 +38,8 @@ from typing import Literal
 import msgspec
 import msgspec.yaml
 
-from actors.front_matter import read_front_matter
-from events.ttsr import RuleSource
+from tether.actors.front_matter import read_front_matter
+from tether.events.ttsr import RuleSource
 
 __all__ = [
     "DEFAULT_SCOPES",

@@ -15,11 +15,11 @@ from typing import Any
 
 import msgspec
 
-from actors.ttsr.match import Match, StreamMatcher
-from actors.ttsr.policy import InjectionPolicy, TtsrSettings
-from actors.ttsr.rules import Rule
-from events.messages import TextBlock, ToolUseBlock
-from events.session import Session
+from tether.actors.ttsr.match import Match, StreamMatcher
+from tether.actors.ttsr.policy import InjectionPolicy, TtsrSettings
+from tether.actors.ttsr.rules import Rule
+from tether.events.messages import TextBlock, ToolUseBlock
+from tether.events.session import Session
 
 
 class WhatIfHit(msgspec.Struct, frozen=True):

@@ -14,11 +14,11 @@ import sys
 import threading
 from typing import Any
 
-from adapters.cli.common import EXIT_USAGE, EXPECTED_ERRORS, describe
-from adapters.cli.engine import cmd_fake_llm
-from adapters.cli.parser import build_parser
-from adapters.config import ConfigError
-from adapters.logs import configure_logging
+from tether.adapters.cli.common import EXIT_USAGE, EXPECTED_ERRORS, describe
+from tether.adapters.cli.engine import cmd_fake_llm
+from tether.adapters.cli.parser import build_parser
+from tether.adapters.config import ConfigError
+from tether.adapters.logs import configure_logging
 
 __all__ = ["build_parser", "main"]
 

@@ -1,7 +1,7 @@
-"""``python -m adapters.cli``: the ``tether`` command."""
+"""``python -m tether.adapters.cli``: the ``tether`` command."""
 
 import sys
 
-from adapters.cli import main
+from tether.adapters.cli import main
 
 sys.exit(main())

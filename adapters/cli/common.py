@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
-from adapters.config import ConfigError, Settings, load_settings_with_sources
+from tether.adapters.config import ConfigError, Settings, load_settings_with_sources
 
 EXIT_USAGE = 2
 
@@ -19,12 +19,12 @@ EXIT_USAGE = 2
 def expected_errors() -> tuple[type[BaseException], ...]:
     from eventsourcing.persistence import PersistenceError
 
-    from actors.gatekeeper.security import PolicyError
-    from actors.ports import BusError
-    from actors.runtime import AskTimeout, RemoteError
-    from adapters.engine_lock import EngineRunning
-    from adapters.nats_server import NatsServerError
-    from events.codec import DecodeFailure
+    from tether.actors.gatekeeper.security import PolicyError
+    from tether.actors.ports import BusError
+    from tether.actors.runtime import AskTimeout, RemoteError
+    from tether.adapters.engine_lock import EngineRunning
+    from tether.adapters.nats_server import NatsServerError
+    from tether.events.codec import DecodeFailure
 
     return (
         BusError, AskTimeout, RemoteError, NatsServerError, DecodeFailure, PersistenceError,
@@ -59,7 +59,7 @@ def provider_of(settings: Settings) -> Any:
     if not settings.anthropic_api_key and not settings.anthropic_base_url:
         print(NO_MODEL_HELP, file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
-    from adapters.anthropic_provider import AnthropicProvider
+    from tether.adapters.anthropic_provider import AnthropicProvider
 
     return AnthropicProvider(
         api_key=settings.anthropic_api_key or None,
@@ -88,9 +88,9 @@ def remote_bus(settings: Settings, role: str = "connector") -> tuple[Any, Any]:
     users themselves, ``tether telegram``); on the embedded server with the credentials
     the engine keeps in the state directory, on an external one with the settings'.
     """
-    from adapters.nats_auth import client_auth
-    from adapters.nats_bus import NatsBus
-    from events.subjects import Subjects
+    from tether.adapters.nats_auth import client_auth
+    from tether.adapters.nats_bus import NatsBus
+    from tether.events.subjects import Subjects
 
     url = settings.nats_url or read_nats_url(settings)
     auth = client_auth(settings, "engine" if role == "engine" else "connector")
@@ -103,8 +103,8 @@ T = TypeVar("T")
 def ask_engine(args: argparse.Namespace, request: Any, reply: type[T],
                 timeout: float = 15.0) -> T:
     """Ask the running engine's session manager (found as for ``chat --remote``)."""
-    from actors.runtime import ask
-    from adapters.nats_auth import local_principal
+    from tether.actors.runtime import ask
+    from tether.adapters.nats_auth import local_principal
 
     bus, subjects = remote_bus(settings_of(args))
     principal = local_principal()  # a connector asks on its own manager subject
@@ -127,7 +127,7 @@ def opened_store(args: argparse.Namespace) -> Iterator[tuple[Settings, Any]]:
 
 
 def open_store(settings: Settings) -> Any:
-    from adapters.store import open_application
+    from tether.adapters.store import open_application
 
     return open_application(settings)
 
@@ -144,8 +144,8 @@ def resolve_session(app: Any, view_rows: list[Any], ref: str) -> str:
 @contextlib.contextmanager
 def caught_up(settings: Settings, app: Any, kind: Any, purpose: str) -> Iterator[Any]:
     """A read model, caught up with the log first (the engine may not be running)."""
-    from adapters.store import open_view
-    from projections.follower import Follower
+    from tether.adapters.store import open_view
+    from tether.projections.follower import Follower
 
     view = open_view(kind, app, settings, purpose)
     try:
@@ -163,7 +163,7 @@ def view_of(args: argparse.Namespace, kind: Any, purpose: str) -> Iterator[Any]:
 
 
 def session_rows(settings: Settings, app: Any) -> list[Any]:
-    from projections.session_view import SessionView
+    from tether.projections.session_view import SessionView
 
     with caught_up(settings, app, SessionView, "views") as view:
         return list(view.summaries())

@@ -11,13 +11,18 @@ from typing import Any
 
 import msgspec
 
-from adapters.cli.common import (
+from tether.adapters.cli.common import (
     provider_of,
     remote_bus,
     settings_of,
     wait_for_signal,
 )
-from adapters.config import ConfigError, Settings, load_settings_with_sources, render_settings
+from tether.adapters.config import (
+    ConfigError,
+    Settings,
+    load_settings_with_sources,
+    render_settings,
+)
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -28,7 +33,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def _sandbox_text(settings: Settings) -> str:
-    from adapters.sandbox import probe, render_report
+    from tether.adapters.sandbox import probe, render_report
 
     return render_report(None if settings.sandbox == "off" else probe())
 
@@ -41,7 +46,7 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from adapters.http_token import TokenError, load_token, rotate_token, token_path
+    from tether.adapters.http_token import TokenError, load_token, rotate_token, token_path
 
     settings = settings_of(args)
     try:
@@ -58,7 +63,7 @@ def cmd_token(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from adapters.host import Host
+    from tether.adapters.host import Host
 
     settings = settings_of(args)
     if args.http is not None:
@@ -67,7 +72,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host = Host(settings, provider=provider, serve_http=True)
     host.start()
     try:
-        from adapters.sandbox import render_report
+        from tether.adapters.sandbox import render_report
 
         print(
             f"tether: serving on {host.nats_url} (namespace {host.subjects.namespace}); "
@@ -87,10 +92,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from actors.commands import COMMANDS
-    from adapters.engine_lock import running_engine
-    from adapters.line_editor import line_readers
-    from adapters.terminal import CHAT_ONLY, TerminalConnector
+    from tether.actors.commands import COMMANDS
+    from tether.adapters.engine_lock import running_engine
+    from tether.adapters.line_editor import line_readers
+    from tether.adapters.terminal import CHAT_ONLY, TerminalConnector
 
     settings = settings_of(args)
     host: Any = None
@@ -102,7 +107,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         bus, subjects = remote_bus(settings)
         close: Callable[[], None] = bus.close
     else:
-        from adapters.host import Host
+        from tether.adapters.host import Host
 
         host = Host(settings, provider=provider_of(settings)).start()
         bus, subjects, close = host.bus, host.subjects, host.stop
@@ -139,7 +144,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_telegram(args: argparse.Namespace) -> int:
     from telegram.error import TelegramError
 
-    from adapters.telegram import TelegramConnector, allowlist_problem
+    from tether.adapters.telegram import TelegramConnector, allowlist_problem
 
     settings = settings_of(args)
     if not settings.telegram_token:
@@ -172,12 +177,12 @@ def cmd_telegram(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from adapters.demo import run_demo
+    from tether.adapters.demo import run_demo
 
     return run_demo(settings_of(args))
 
 
 def cmd_fake_llm(args: argparse.Namespace, rest: list[str]) -> int:
-    from adapters.fake_llm import main as fake_llm_main
+    from tether.adapters.fake_llm import main as fake_llm_main
 
     return fake_llm_main(rest)

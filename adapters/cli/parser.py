@@ -7,7 +7,7 @@ import datetime
 import importlib.metadata
 from collections.abc import Callable
 
-from adapters.cli.engine import (
+from tether.adapters.cli.engine import (
     cmd_chat,
     cmd_config,
     cmd_demo,
@@ -16,7 +16,7 @@ from adapters.cli.engine import (
     cmd_telegram,
     cmd_token,
 )
-from adapters.cli.records import (
+from tether.adapters.cli.records import (
     cmd_audit,
     cmd_rules_check,
     cmd_rules_injections,
@@ -24,7 +24,7 @@ from adapters.cli.records import (
     cmd_rules_test,
     cmd_stats,
 )
-from adapters.cli.sessions import (
+from tether.adapters.cli.sessions import (
     cmd_events,
     cmd_fork,
     cmd_kill,
@@ -32,7 +32,7 @@ from adapters.cli.sessions import (
     cmd_sessions,
     cmd_undo,
 )
-from adapters.cli.tree import (
+from tether.adapters.cli.tree import (
     cmd_bookmark,
     cmd_branch,
     cmd_delete,
@@ -41,7 +41,7 @@ from adapters.cli.tree import (
     cmd_split,
     cmd_tree,
 )
-from adapters.logs import LOG_FORMATS
+from tether.adapters.logs import LOG_FORMATS
 
 _TIME_FORMATS = ("%Y", "%Y-%m", "%Y-%m-%d", "%Y-%m-%dT%H", "%Y-%m-%dT%H:%M",
                  "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S.%f")

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from adapters.cli.common import (
+from tether.adapters.cli.common import (
     opened_store,
     resolve_session,
     session_rows,
@@ -34,10 +34,10 @@ def _rule_line(rule: Any, engine: str, defaults: Any) -> str:
 
 
 def cmd_rules_list(args: argparse.Namespace) -> int:
-    from actors.ttsr.match import StreamMatcher
-    from actors.ttsr.monitor import rule_folders
-    from actors.ttsr.rules import load_rules
-    from adapters.host import user_rules_dir
+    from tether.actors.ttsr.match import StreamMatcher
+    from tether.actors.ttsr.monitor import rule_folders
+    from tether.actors.ttsr.rules import load_rules
+    from tether.adapters.host import user_rules_dir
 
     settings = settings_of(args)
     workspace = os.path.abspath(args.workspace or settings.workspace)
@@ -63,8 +63,8 @@ def cmd_rules_list(args: argparse.Namespace) -> int:
 def cmd_rules_check(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from actors.ttsr.match import StreamMatcher
-    from actors.ttsr.rules import parse_rule_file
+    from tether.actors.ttsr.match import StreamMatcher
+    from tether.actors.ttsr.rules import parse_rule_file
 
     settings = settings_of(args)
     bad = 0
@@ -81,10 +81,10 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_test(args: argparse.Namespace) -> int:
-    from actors.ttsr.monitor import rule_folders
-    from actors.ttsr.rules import load_rules, rules_from_sources
-    from actors.ttsr.whatif import what_if
-    from adapters.host import user_rules_dir
+    from tether.actors.ttsr.monitor import rule_folders
+    from tether.actors.ttsr.rules import load_rules, rules_from_sources
+    from tether.actors.ttsr.whatif import what_if
+    from tether.adapters.host import user_rules_dir
 
     with opened_store(args) as (settings, app):
         sid = resolve_session(app, session_rows(settings, app), args.session)
@@ -111,7 +111,7 @@ def cmd_rules_test(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_injections(args: argparse.Namespace) -> int:
-    from projections.injection_records import InjectionRecords
+    from tether.projections.injection_records import InjectionRecords
 
     with view_of(args, InjectionRecords, "injections") as view:
         records = view.records(args.session)
@@ -131,7 +131,7 @@ def cmd_rules_injections(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     import msgspec
 
-    from projections.audit_index import AuditIndex
+    from tether.projections.audit_index import AuditIndex
 
     with view_of(args, AuditIndex, "audit") as view:
         if args.refused:
@@ -164,8 +164,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     import msgspec
 
-    from adapters.stats import render_stats
-    from projections.metrics import MetricsView
+    from tether.adapters.stats import render_stats
+    from tether.projections.metrics import MetricsView
 
     with view_of(args, MetricsView, "metrics") as view:
         metrics = view.snapshot()

@@ -10,18 +10,18 @@ from typing import Any
 
 import msgspec
 
-from adapters.cli.common import (
+from tether.adapters.cli.common import (
     ask_engine,
     opened_store,
     resolve_session,
     session_rows,
     settings_of,
 )
-from adapters.config import ConfigError
+from tether.adapters.config import ConfigError
 
 
 def cmd_kill(args: argparse.Namespace) -> int:
-    from events.messages import Killed, KillSession
+    from tether.events.messages import Killed, KillSession
 
     killed = ask_engine(args, KillSession(session_id=args.session, reason=args.reason),
                          Killed, timeout=5.0)
@@ -33,8 +33,8 @@ def cmd_kill(args: argparse.Namespace) -> int:
 
 
 def cmd_fork(args: argparse.Namespace) -> int:
-    from actors.runtime import RemoteError
-    from events.messages import Accepted, ForkSession
+    from tether.actors.runtime import RemoteError
+    from tether.events.messages import Accepted, ForkSession
 
     at = args.at or ""
     if args.at_node:
@@ -61,7 +61,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
-    from adapters.render import render_sessions
+    from tether.adapters.render import render_sessions
 
     with opened_store(args) as (settings, app):
         rows = session_rows(settings, app)
@@ -74,7 +74,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    from adapters.render import render_timeline
+    from tether.adapters.render import render_timeline
 
     with opened_store(args) as (settings, app):
         sid = resolve_session(app, session_rows(settings, app), args.session)
@@ -92,7 +92,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from adapters.render import render_session
+    from tether.adapters.render import render_session
 
     with opened_store(args) as (settings, app):
         sid = resolve_session(app, session_rows(settings, app), args.session)
@@ -115,7 +115,7 @@ def _session_json(session: Any) -> dict[str, Any]:
     fields = ("session_id", "name", "owner", "status", "mode", "workspace", "channel",
               "model", "turns", "input_tokens", "output_tokens", "cost_usd", "budget_usd",
               "fired_rules")
-    from adapters.render import running_turn_cost
+    from tether.adapters.render import running_turn_cost
 
     return {"version": session.version, **{f: getattr(session, f) for f in fields},
             "in_turn": session.in_turn, "running_turn_cost_usd": running_turn_cost(session),
@@ -123,13 +123,13 @@ def _session_json(session: Any) -> dict[str, Any]:
 
 
 def cmd_undo(args: argparse.Namespace) -> int:
-    from actors.authority import may_decide, refusal_reason
-    from actors.runtime import RemoteError
-    from actors.undo import UndoError, undo_files
-    from adapters.engine_lock import running_engine
-    from adapters.nats_auth import effective_user
-    from adapters.snapshots import SnapshotStore
-    from events.messages import UndoFiles, Undone
+    from tether.actors.authority import may_decide, refusal_reason
+    from tether.actors.runtime import RemoteError
+    from tether.actors.undo import UndoError, undo_files
+    from tether.adapters.engine_lock import running_engine
+    from tether.adapters.nats_auth import effective_user
+    from tether.adapters.snapshots import SnapshotStore
+    from tether.events.messages import UndoFiles, Undone
 
     settings = settings_of(args)
     if running_engine(settings.state_dir, settings.namespace) is not None:

@@ -10,14 +10,14 @@ from typing import Any
 
 import msgspec
 
-from adapters.cli.common import (
+from tether.adapters.cli.common import (
     EXIT_USAGE,
     ask_engine,
 )
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
-    from actors.conversation import render_tree
+    from tether.actors.conversation import render_tree
 
     view = whole_tree(args, args.session)
     if args.json:
@@ -38,7 +38,7 @@ def whole_tree(args: argparse.Namespace, session: str, page_size: int = 0) -> An
     tree is larger than one bus message may be; ``page_size``: nodes a page, at most and
     by default :data:`~events.messages.TREE_PAGE_MAX`); started again when the tree
     changes while it is read."""
-    from events.messages import TREE_PAGE_MAX, TreeQuery, TreeView
+    from tether.events.messages import TREE_PAGE_MAX, TreeQuery, TreeView
 
     size = min(page_size or TREE_PAGE_MAX, TREE_PAGE_MAX)
     for _ in range(5):
@@ -56,34 +56,34 @@ def whole_tree(args: argparse.Namespace, session: str, page_size: int = 0) -> An
 
 
 def cmd_branch(args: argparse.Namespace) -> int:
-    from events.messages import BranchTo
+    from tether.events.messages import BranchTo
 
     return _move(args, BranchTo(session_id=args.session, node_id=args.node))
 
 
 def cmd_edit(args: argparse.Namespace) -> int:
-    from events.messages import EditNode
+    from tether.events.messages import EditNode
 
     text = sys.stdin.read() if args.text == "-" else args.text
     return _move(args, EditNode(session_id=args.session, node_id=args.node, text=text))
 
 
 def cmd_split(args: argparse.Namespace) -> int:
-    from events.messages import SplitNode
+    from tether.events.messages import SplitNode
 
     return _change_tree(args, SplitNode(session_id=args.session, node_id=args.node,
                                         position=args.position))
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    from events.messages import DeleteNode
+    from tether.events.messages import DeleteNode
 
     return _change_tree(args, DeleteNode(session_id=args.session, node_id=args.node,
                                          mode="reparent" if args.reparent else "cascade"))
 
 
 def cmd_bookmark(args: argparse.Namespace) -> int:
-    from events.messages import BookmarkNode
+    from tether.events.messages import BookmarkNode
 
     if not args.remove and not args.node:
         print("tether bookmark: give the NODE the bookmark names, or --remove",
@@ -94,7 +94,7 @@ def cmd_bookmark(args: argparse.Namespace) -> int:
 
 
 def _change_tree(args: argparse.Namespace, request: Any) -> int:
-    from events.messages import TreeChanged
+    from tether.events.messages import TreeChanged
 
     changed = ask_engine(args, request, TreeChanged)
     print(f"session {changed.session_id}: {changed.detail} (see tether tree "
@@ -103,7 +103,7 @@ def _change_tree(args: argparse.Namespace, request: Any) -> int:
 
 
 def _move(args: argparse.Namespace, request: Any) -> int:
-    from events.messages import Branched
+    from tether.events.messages import Branched
 
     moved = ask_engine(args, request, Branched)
     print(f"session {moved.session_id} now stands at {moved.node_id[:8]} "
@@ -113,7 +113,7 @@ def _move(args: argparse.Namespace, request: Any) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from events.messages import Accepted, Generate
+    from tether.events.messages import Accepted, Generate
 
     accepted = ask_engine(args, Generate(
         session_id=args.session, n=args.n, tools=not args.no_tools,

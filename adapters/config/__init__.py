@@ -24,9 +24,15 @@ variable set to the empty string counts as unset.
 
 from __future__ import annotations
 
-from adapters.config.load import LoadedSettings, load_settings, load_settings_with_sources
-from adapters.config.render import describe, describe_mcp, mask_secret, mask_url, render_settings
-from adapters.config.settings import (
+from tether.adapters.config.load import LoadedSettings, load_settings, load_settings_with_sources
+from tether.adapters.config.render import (
+    describe,
+    describe_mcp,
+    mask_secret,
+    mask_url,
+    render_settings,
+)
+from tether.adapters.config.settings import (
     ENV_VARS,
     ConfigError,
     McpServer,
@@ -34,7 +40,7 @@ from adapters.config.settings import (
     Settings,
     default_state_dir,
 )
-from adapters.config.stores import postgres_env, sqlite_path
+from tether.adapters.config.stores import postgres_env, sqlite_path
 
 __all__ = [
     "ENV_VARS",

@@ -14,11 +14,11 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from actors.ttsr.policy import TtsrSettings
-from adapters.config.render import (
+from tether.actors.ttsr.policy import TtsrSettings
+from tether.adapters.config.render import (
     mask_url,
 )
-from adapters.config.settings import (
+from tether.adapters.config.settings import (
     ENV_VARS,
     FIELDS,
     MCP_SERVER_NAME,
@@ -33,7 +33,7 @@ from adapters.config.settings import (
     Settings,
     default_state_dir,
 )
-from adapters.config.stores import (
+from tether.adapters.config.stores import (
     postgres_env,
     sqlite_path,
 )

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from adapters.config.settings import (
+from tether.adapters.config.settings import (
     FIELDS,
     NATS_SCHEMES,
     SECRET_FIELDS,

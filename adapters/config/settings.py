@@ -10,13 +10,13 @@ from typing import Annotated, Final, Literal
 
 import msgspec
 
-from actors.chat.router import RouterSettings
-from actors.gatekeeper.security import ProtectionConfig
-from actors.gatekeeper.tier2 import Tier2Settings
-from actors.middleware import MiddlewareSettings
-from actors.ttsr.policy import TtsrSettings
-from events.messages import Mode
-from events.sandbox import SandboxLimits
+from tether.actors.chat.router import RouterSettings
+from tether.actors.gatekeeper.security import ProtectionConfig
+from tether.actors.gatekeeper.tier2 import Tier2Settings
+from tether.actors.middleware import MiddlewareSettings
+from tether.actors.ttsr.policy import TtsrSettings
+from tether.events.messages import Mode
+from tether.events.sandbox import SandboxLimits
 
 
 class ConfigError(Exception):

@@ -7,10 +7,10 @@ import os
 from typing import Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from adapters.config.render import (
+from tether.adapters.config.render import (
     mask_url,
 )
-from adapters.config.settings import (
+from tether.adapters.config.settings import (
     ConfigError,
 )
 

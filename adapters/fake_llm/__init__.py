@@ -64,8 +64,8 @@ import signal
 import sys
 import threading
 
-from adapters.fake_llm.checks import request_problem, tool_choice_problem
-from adapters.fake_llm.script import (
+from tether.adapters.fake_llm.checks import request_problem, tool_choice_problem
+from tether.adapters.fake_llm.script import (
     DEFAULT_CHUNK,
     ERROR_STATUS,
     EXHAUSTED_TEXT,
@@ -80,7 +80,7 @@ from adapters.fake_llm.script import (
     load_script,
     parse_script,
 )
-from adapters.fake_llm.server import FakeLLM
+from tether.adapters.fake_llm.server import FakeLLM
 
 __all__ = [
     "DEFAULT_CHUNK",

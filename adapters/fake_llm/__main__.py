@@ -1,5 +1,5 @@
-"""``python -m adapters.fake_llm``: serve a script (as ``tether fake-llm``)."""
+"""``python -m tether.adapters.fake_llm``: serve a script (as ``tether fake-llm``)."""
 
-from adapters.fake_llm import main
+from tether.adapters.fake_llm import main
 
 raise SystemExit(main())

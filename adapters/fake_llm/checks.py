@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.fake_llm.script import (
+from tether.adapters.fake_llm.script import (
     Response,
 )
 

@@ -16,12 +16,12 @@ from typing import Any, Literal
 import msgspec
 import msgspec.yaml
 
-from adapters.fake_llm.checks import (
+from tether.adapters.fake_llm.checks import (
     last_user_text,
     request_problem,
     tool_choice_problem,
 )
-from adapters.fake_llm.script import (
+from tether.adapters.fake_llm.script import (
     ERROR_STATUS,
     EXHAUSTED_TEXT,
     Block,

@@ -50,10 +50,10 @@ hanging), :mod:`.naming`, :mod:`.results`, :mod:`.stdio` and :mod:`.executor`.
 
 from __future__ import annotations
 
-from adapters.mcp_tools.executor import WithMcpTools
-from adapters.mcp_tools.manager import McpServerStatus, McpTools
-from adapters.mcp_tools.naming import McpTool, group_name, hashed_name, name_tools, tool_name
-from adapters.mcp_tools.results import render_result, schema_problem
+from tether.adapters.mcp_tools.executor import WithMcpTools
+from tether.adapters.mcp_tools.manager import McpServerStatus, McpTools
+from tether.adapters.mcp_tools.naming import McpTool, group_name, hashed_name, name_tools, tool_name
+from tether.adapters.mcp_tools.results import render_result, schema_problem
 
 __all__ = ["McpServerStatus", "McpTool", "McpTools", "WithMcpTools", "group_name", "hashed_name",
            "name_tools", "render_result", "schema_problem", "tool_name"]

@@ -16,11 +16,11 @@ import anyio
 from mcp import ClientSession, types
 from mcp.shared.exceptions import McpError
 
-from actors.ports import ToolOutput
-from adapters.config import McpSettings
-from adapters.mcp_tools.connection import Connections, Server
-from adapters.mcp_tools.naming import McpTool
-from adapters.mcp_tools.results import describe_error, render_result, schema_problem
+from tether.actors.ports import ToolOutput
+from tether.adapters.config import McpSettings
+from tether.adapters.mcp_tools.connection import Connections, Server
+from tether.adapters.mcp_tools.naming import McpTool
+from tether.adapters.mcp_tools.results import describe_error, render_result, schema_problem
 
 log = logging.getLogger(__name__)
 

@@ -27,12 +27,12 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
-from adapters.config import McpServer, McpSettings
-from adapters.mcp_tools.naming import SEPARATOR, McpTool, group_name, name_tools
-from adapters.mcp_tools.results import describe_error
-from adapters.mcp_tools.stdio import refusal, stdio_parameters
-from adapters.sandbox import Sandbox
-from adapters.tools.shell import Unconfined
+from tether.adapters.config import McpServer, McpSettings
+from tether.adapters.mcp_tools.naming import SEPARATOR, McpTool, group_name, name_tools
+from tether.adapters.mcp_tools.results import describe_error
+from tether.adapters.mcp_tools.stdio import refusal, stdio_parameters
+from tether.adapters.sandbox import Sandbox
+from tether.adapters.tools.shell import Unconfined
 
 log = logging.getLogger(__name__)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from actors.ports import Grant, ToolExecutor, ToolOutput
-from adapters.mcp_tools.manager import (
+from tether.actors.ports import Grant, ToolExecutor, ToolOutput
+from tether.adapters.mcp_tools.manager import (
     McpTools,
 )
-from events.sandbox import SandboxProfile
+from tether.events.sandbox import SandboxProfile
 
 
 class WithMcpTools:

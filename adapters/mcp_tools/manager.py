@@ -19,21 +19,21 @@ import time
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from actors.gatekeeper.security.action import ReadOnlyTools
-from actors.ports import ToolOutput
-from adapters.config import McpSettings
-from adapters.mcp_tools.calls import PING_INTERVAL, Calls
-from adapters.mcp_tools.connection import (
+from tether.actors.gatekeeper.security.action import ReadOnlyTools
+from tether.actors.ports import ToolOutput
+from tether.adapters.config import McpSettings
+from tether.adapters.mcp_tools.calls import PING_INTERVAL, Calls
+from tether.adapters.mcp_tools.connection import (
     RETRY_FIRST,
     RETRY_MAX,
     STABLE_AFTER,
     STOP_GRACE,
     Connections,
 )
-from adapters.mcp_tools.naming import SEPARATOR
-from adapters.mcp_tools.results import DEFAULT_MAX_OUTPUT_CHARS
-from adapters.sandbox import Sandbox
-from adapters.tools.shell import NO_SANDBOX, Unconfined
+from tether.adapters.mcp_tools.naming import SEPARATOR
+from tether.adapters.mcp_tools.results import DEFAULT_MAX_OUTPUT_CHARS
+from tether.adapters.sandbox import Sandbox
+from tether.adapters.tools.shell import NO_SANDBOX, Unconfined
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import Any
 from mcp import types
 from mcp.shared.exceptions import McpError
 
-from actors.ports import ToolOutput
+from tether.actors.ports import ToolOutput
 
 #: Most characters of a result returned to the model.
 DEFAULT_MAX_OUTPUT_CHARS = 30_000

@@ -25,9 +25,9 @@ from collections.abc import Iterator
 from mcp import StdioServerParameters
 from mcp.client.stdio import get_default_environment
 
-from adapters.config import McpServer
-from adapters.sandbox import Sandbox
-from adapters.tools.shell import Unconfined
+from tether.adapters.config import McpServer
+from tether.adapters.sandbox import Sandbox
+from tether.adapters.tools.shell import Unconfined
 
 
 def refusal(config: McpServer, sandbox: Sandbox | Unconfined) -> str:

@@ -5,17 +5,22 @@ absent ones, :mod:`.bwrap` builds the command line, :mod:`.runner` runs a call, 
 :mod:`.probe` says what the sandbox can do on this machine.
 """
 
-from adapters.sandbox.bwrap import MountPlan, bwrap_argv
-from adapters.sandbox.placeholders import Placeholders
-from adapters.sandbox.probe import (
+from tether.adapters.sandbox.bwrap import MountPlan, bwrap_argv
+from tether.adapters.sandbox.placeholders import Placeholders
+from tether.adapters.sandbox.probe import (
     HOW_TO_ENABLE,
     SandboxReport,
     find_sandbox,
     probe,
     render_report,
 )
-from adapters.sandbox.protected import GIT_PROTECTED, Target, UnholdablePath, protected_targets
-from adapters.sandbox.runner import Sandbox
+from tether.adapters.sandbox.protected import (
+    GIT_PROTECTED,
+    Target,
+    UnholdablePath,
+    protected_targets,
+)
+from tether.adapters.sandbox.runner import Sandbox
 
 __all__ = [
     "GIT_PROTECTED",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import msgspec
 
-from events.sandbox import SandboxLimits
+from tether.events.sandbox import SandboxLimits
 
 _MB = 1024 * 1024
 

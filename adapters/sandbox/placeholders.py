@@ -31,7 +31,7 @@ import stat
 import threading
 from collections.abc import Iterator
 
-from adapters.sandbox.protected import UnholdablePath, remove_created
+from tether.adapters.sandbox.protected import UnholdablePath, remove_created
 
 #: The ledger's kind for a watched path (placeholders are 0, a file, or 1, a folder).
 _WATCHED = -1

@@ -24,7 +24,7 @@ import subprocess
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from adapters.process import start_process
+from tether.adapters.process import start_process
 
 # The shell joins the cgroup itself before it execs bwrap, so nothing bwrap starts can be
 # outside it (a parent writing the child's pid afterwards would race the first fork).

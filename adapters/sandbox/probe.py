@@ -15,9 +15,9 @@ import tempfile
 
 import msgspec
 
-from actors.ports import Grant
-from adapters.sandbox.runner import Sandbox
-from events.sandbox import SandboxLimits
+from tether.actors.ports import Grant
+from tether.adapters.sandbox.runner import Sandbox
+from tether.events.sandbox import SandboxLimits
 
 #: How to get bubblewrap, for the one line a refusal says.
 HOW_TO_ENABLE = (

@@ -19,8 +19,8 @@ import stat
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from actors.gatekeeper.security.globs import has_glob
-from adapters.sandbox.newrepos import git_folders, remove_path
+from tether.actors.gatekeeper.security.globs import has_glob
+from tether.adapters.sandbox.newrepos import git_folders, remove_path
 
 #: Held read-only by the sandbox in every repository besides the protection settings, present
 #: or not: git reads configuration and hooks from all of them (``commondir`` points git at

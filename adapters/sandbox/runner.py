@@ -29,15 +29,15 @@ from typing import NamedTuple
 
 import msgspec
 
-from actors.ports import Grant
-from adapters.process import Finished, watch_process
-from adapters.sandbox.bwrap import MountPlan, bwrap_argv, bwrap_options, prlimit_argv
-from adapters.sandbox.cgroup import CallCgroup, CgroupPool, find_parent
-from adapters.sandbox.excludes import Excludes
-from adapters.sandbox.newrepos import git_folders, gitlinked, make_harmless
-from adapters.sandbox.placeholders import Placeholders
-from adapters.sandbox.prepared import Prepared, in_background
-from adapters.sandbox.protected import (
+from tether.actors.ports import Grant
+from tether.adapters.process import Finished, watch_process
+from tether.adapters.sandbox.bwrap import MountPlan, bwrap_argv, bwrap_options, prlimit_argv
+from tether.adapters.sandbox.cgroup import CallCgroup, CgroupPool, find_parent
+from tether.adapters.sandbox.excludes import Excludes
+from tether.adapters.sandbox.newrepos import git_folders, gitlinked, make_harmless
+from tether.adapters.sandbox.placeholders import Placeholders
+from tether.adapters.sandbox.prepared import Prepared, in_background
+from tether.adapters.sandbox.protected import (
     Target,
     UnholdablePath,
     ancestors,
@@ -46,7 +46,7 @@ from adapters.sandbox.protected import (
     repositories_of,
     watched_paths,
 )
-from events.sandbox import SandboxLimits, SandboxProfile
+from tether.events.sandbox import SandboxLimits, SandboxProfile
 
 log = logging.getLogger(__name__)
 

@@ -71,8 +71,14 @@ shows in its chat), :mod:`.sender` (each chat's Bot API calls, in order, with re
 and :mod:`.state` (what is kept per chat).
 """
 
-from adapters.telegram.channels import PREFIX, allowlist_problem, channel_for, chat_for, parse_chat
-from adapters.telegram.connector import TelegramConnector
+from tether.adapters.telegram.channels import (
+           PREFIX,
+           allowlist_problem,
+           channel_for,
+           chat_for,
+           parse_chat,
+)
+from tether.adapters.telegram.connector import TelegramConnector
 
 __all__ = ["PREFIX", "TelegramConnector", "allowlist_problem", "channel_for", "chat_for",
            "parse_chat"]

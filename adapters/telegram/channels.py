@@ -7,7 +7,7 @@ minus is written ``m``, so a channel name is always one valid subject token.
 
 from __future__ import annotations
 
-from actors.middleware import Gate, MiddlewareSettings
+from tether.actors.middleware import Gate, MiddlewareSettings
 
 PREFIX = "telegram"
 """Channel prefix of the chats: ``telegram-<chat>``."""

@@ -23,15 +23,15 @@ from typing import Any, TypeVar
 import telegram
 from telegram.error import TelegramError
 
-from actors.chat.stream import DEFAULT_LIMIT, DEFAULT_THROTTLE
-from actors.ports import Bus, Clock, Inbound, Subscription, SystemClock
-from adapters.telegram.channels import PREFIX, channel_for, chat_for, parse_chat
-from adapters.telegram.notices import INFO, NoticeView
-from adapters.telegram.sender import ChatSender
-from adapters.telegram.state import Chat
-from events.codec import DecodeFailure, Decoder, encode
-from events.messages import Accepted, ChannelMessage, ErrorReply, UserMessage
-from events.subjects import Subjects, check_token
+from tether.actors.chat.stream import DEFAULT_LIMIT, DEFAULT_THROTTLE
+from tether.actors.ports import Bus, Clock, Inbound, Subscription, SystemClock
+from tether.adapters.telegram.channels import PREFIX, channel_for, chat_for, parse_chat
+from tether.adapters.telegram.notices import INFO, NoticeView
+from tether.adapters.telegram.sender import ChatSender
+from tether.adapters.telegram.state import Chat
+from tether.events.codec import DecodeFailure, Decoder, encode
+from tether.events.messages import Accepted, ChannelMessage, ErrorReply, UserMessage
+from tether.events.subjects import Subjects, check_token
 
 log = logging.getLogger(__name__)
 

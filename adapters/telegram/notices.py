@@ -15,11 +15,11 @@ import re
 import time
 from collections.abc import Iterable
 
-from actors.chat.stream import SEPARATOR, ChatStreamer
-from actors.ports import Clock
-from adapters.telegram.sender import ChatSender
-from adapters.telegram.state import Chat, Reply, Turn
-from events.messages import ChannelMessage
+from tether.actors.chat.stream import SEPARATOR, ChatStreamer
+from tether.actors.ports import Clock
+from tether.adapters.telegram.sender import ChatSender
+from tether.adapters.telegram.state import Chat, Reply, Turn
+from tether.events.messages import ChannelMessage
 
 ERROR_WINDOW = 60.0
 """Seconds within which the same error, as ErrorReply and as a notice, is shown once."""

@@ -21,8 +21,8 @@ from telegram.error import (
     TelegramError,
 )
 
-from actors.chat.stream import Edit, Op, Send, split_text
-from adapters.telegram.state import Action, Chat, Reply
+from tether.actors.chat.stream import Edit, Op, Send, split_text
+from tether.adapters.telegram.state import Action, Chat, Reply
 
 log = logging.getLogger(__name__)
 

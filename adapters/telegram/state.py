@@ -12,8 +12,8 @@ import collections
 from dataclasses import dataclass, field
 from typing import Literal
 
-from actors.chat.stream import ChatStreamer
-from events.messages import ChannelMessage
+from tether.actors.chat.stream import ChatStreamer
+from tether.events.messages import ChannelMessage
 
 
 class Reply:

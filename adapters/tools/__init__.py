@@ -5,7 +5,7 @@ their inputs and the registry (:data:`TOOLS`) the schemas and groups are derived
 :mod:`.executor` binds them into :class:`BuiltinTools`.
 """
 
-from adapters.tools.executor import BuiltinTools
-from adapters.tools.schemas import TOOL_GROUP_DESCRIPTIONS, TOOL_GROUPS, TOOLS, ToolSpec
+from tether.adapters.tools.executor import BuiltinTools
+from tether.adapters.tools.schemas import TOOL_GROUP_DESCRIPTIONS, TOOL_GROUPS, TOOLS, ToolSpec
 
 __all__ = ["TOOLS", "TOOL_GROUPS", "TOOL_GROUP_DESCRIPTIONS", "BuiltinTools", "ToolSpec"]

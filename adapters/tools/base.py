@@ -3,7 +3,7 @@ keep its paths inside the workspace and its output within bounds."""
 
 from __future__ import annotations
 
-from actors.gatekeeper.deny_lists import resolve_in_workspace
+from tether.actors.gatekeeper.deny_lists import resolve_in_workspace
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MAX_READ_CHARS = 100_000

@@ -41,7 +41,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.tools.base import ToolError
+from tether.adapters.tools.base import ToolError
 
 #: ``struct open_how.resolve`` bits (linux/openat2.h).
 RESOLVE_NO_MAGICLINKS = 0x02

@@ -20,9 +20,9 @@ from typing import Any
 
 import msgspec
 
-from actors.ports import Grant, ToolOutput
-from adapters.sandbox import Sandbox
-from adapters.tools.base import (
+from tether.actors.ports import Grant, ToolOutput
+from tether.adapters.sandbox import Sandbox
+from tether.adapters.tools.base import (
     DEFAULT_MAX_GREP_FILE_BYTES,
     DEFAULT_MAX_OUTPUT_CHARS,
     DEFAULT_MAX_READ_CHARS,
@@ -30,16 +30,16 @@ from adapters.tools.base import (
     DEFAULT_TIMEOUT,
     ToolError,
 )
-from adapters.tools.files import FileTools
-from adapters.tools.schemas import (
+from tether.adapters.tools.files import FileTools
+from tether.adapters.tools.schemas import (
     DEFINITIONS,
     TOOL_GROUP_DESCRIPTIONS,
     TOOL_GROUPS,
     TOOLS,
     CurrentDateInput,
 )
-from adapters.tools.search import SearchTools
-from adapters.tools.shell import NO_SANDBOX, ShellTools, Unconfined
+from tether.adapters.tools.search import SearchTools
+from tether.adapters.tools.shell import NO_SANDBOX, ShellTools, Unconfined
 
 _Run = Callable[[Any, str, Grant], ToolOutput]
 

@@ -15,9 +15,9 @@ import os
 import posixpath
 import stat
 
-from actors.ports import ToolOutput
-from adapters.tools.base import ToolError, ToolLimits, plural
-from adapters.tools.beneath import (
+from tether.actors.ports import ToolOutput
+from tether.adapters.tools.base import ToolError, ToolLimits, plural
+from tether.adapters.tools.beneath import (
     READ_FLAGS,
     ChangedError,
     EscapeError,
@@ -30,7 +30,7 @@ from adapters.tools.beneath import (
     stat_beneath,
     write_beneath,
 )
-from adapters.tools.schemas import EditFileInput, ListDirInput, ReadFileInput, WriteFileInput
+from tether.adapters.tools.schemas import EditFileInput, ListDirInput, ReadFileInput, WriteFileInput
 
 #: Errors that mean "nothing there" (a missing part, or a file where a folder was needed).
 _MISSING = (errno.ENOENT, errno.ENOTDIR)

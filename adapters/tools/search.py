@@ -21,14 +21,14 @@ import stat
 
 import pathspec
 
-from actors.gatekeeper.security.globs import glob_match
+from tether.actors.gatekeeper.security.globs import glob_match
 
 # The credential-file test tier 1 applies to read paths: grep skips such files when it
 # walks a folder, so a broad search cannot read what read_file would have to ask for.
-from actors.gatekeeper.security.heuristics import _credential_kind
-from actors.ports import ToolOutput
-from adapters.tools.base import ToolError, ToolLimits, plural
-from adapters.tools.beneath import (
+from tether.actors.gatekeeper.security.heuristics import _credential_kind
+from tether.actors.ports import ToolOutput
+from tether.adapters.tools.base import ToolError, ToolLimits, plural
+from tether.adapters.tools.beneath import (
     READ_FLAGS,
     NotRegularError,
     Root,
@@ -39,8 +39,8 @@ from adapters.tools.beneath import (
     realpath_beneath,
     stat_beneath,
 )
-from adapters.tools.files import open_to_read
-from adapters.tools.schemas import GlobInput, GrepInput
+from tether.adapters.tools.files import open_to_read
+from tether.adapters.tools.schemas import GlobInput, GrepInput
 
 #: A ``grep`` line longer than this is cut (characters).
 MAX_LINE_CHARS = 400

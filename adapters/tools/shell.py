@@ -16,13 +16,13 @@ import signal
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from actors.gatekeeper.actor import PROCESS_TOOLS, SHELL_TOOLS
-from actors.ports import Grant, ToolOutput
-from adapters.process import Finished, run_process
-from adapters.sandbox import HOW_TO_ENABLE, Sandbox, UnholdablePath
-from adapters.tools.base import ToolError, ToolLimits
-from adapters.tools.schemas import GitDiffInput, GitStatusInput, RunShellInput
-from events.sandbox import SandboxProfile
+from tether.actors.gatekeeper.actor import PROCESS_TOOLS, SHELL_TOOLS
+from tether.actors.ports import Grant, ToolOutput
+from tether.adapters.process import Finished, run_process
+from tether.adapters.sandbox import HOW_TO_ENABLE, Sandbox, UnholdablePath
+from tether.adapters.tools.base import ToolError, ToolLimits
+from tether.adapters.tools.schemas import GitDiffInput, GitStatusInput, RunShellInput
+from tether.events.sandbox import SandboxProfile
 
 #: Configuration that git commands run with, over anything the repository sets: no
 #: fsmonitor hook, no hooks, no pager, no colour, UTF-8 paths shown as they are.

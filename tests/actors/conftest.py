@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.model.redact_scan import load_hyperscan
+from tether.actors.model.redact_scan import load_hyperscan
 
 REDACT_ENGINES = [
     "re",

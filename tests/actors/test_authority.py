@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from actors.authority import may_decide
+from tether.actors.authority import may_decide
 
 APPROVERS = {"team": ["carol"], "*": ["root-admin"]}
 

@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from actors.chat.stream import (
+from tether.actors.chat.stream import (
     CURSOR,
     ChatStreamer,
     Edit,
@@ -25,7 +25,7 @@ from actors.chat.stream import (
     split_text,
     tool_summary,
 )
-from actors.ports import ManualClock
+from tether.actors.ports import ManualClock
 
 # --- helpers ------------------------------------------------------------------------------
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from actors.commands import Command, parse_command, resolve_dir
-from actors.paths import inside
+from tether.actors.commands import Command, parse_command, resolve_dir
+from tether.actors.paths import inside
 
 
 def test_parse() -> None:
@@ -29,7 +29,7 @@ def test_dir_stays_inside_the_root(tmp_path: Path) -> None:
 
 
 def test_help_is_a_list_one_command_a_line() -> None:
-    from actors.commands import COMMANDS, help_text
+    from tether.actors.commands import COMMANDS, help_text
 
     lines = help_text().splitlines()
     assert lines[0] == "commands:"

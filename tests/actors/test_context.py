@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from actors.model import compaction, context, turns
-from actors.model.compaction import (
+from tether.actors.model import compaction, context, turns
+from tether.actors.model.compaction import (
     compacted_history,
     context_budget,
     memory_append,
@@ -23,7 +23,7 @@ from actors.model.compaction import (
     summary_message,
     summary_request,
 )
-from actors.model.context import (
+from tether.actors.model.context import (
     DEFAULT_SYSTEM_PROMPT,
     build_request,
     clamp_max_tokens,
@@ -36,16 +36,16 @@ from actors.model.context import (
     shape_messages,
     to_api_messages,
 )
-from actors.model.models import DEFAULT_MODEL, model_info
-from actors.model.stale_results import (
+from tether.actors.model.models import DEFAULT_MODEL, model_info
+from tether.actors.model.stale_results import (
     SUMMARY_MARK,
     content_kind,
     summarize_result,
     summarize_stale_results,
 )
-from actors.model.turns import can_split_before, starts_turn, turn_numbers
-from events.messages import TextBlock, ToolResultBlock, ToolUseBlock, Usage
-from events.session import Session, Turn
+from tether.actors.model.turns import can_split_before, starts_turn, turn_numbers
+from tether.events.messages import TextBlock, ToolResultBlock, ToolUseBlock, Usage
+from tether.events.session import Session, Turn
 
 
 def _session_with_tool_round() -> Session:
@@ -676,7 +676,7 @@ def test_split_of_merged_messages_never_cuts_before_a_mixed_message() -> None:
 
 
 def test_the_summary_memo_forgets_the_least_recently_used_within_its_bound() -> None:
-    from actors.model.stale_results import _SummaryMemo
+    from tether.actors.model.stale_results import _SummaryMemo
 
     memo = _SummaryMemo(max_chars=10)
     memo.put("aaaa", False, "A")

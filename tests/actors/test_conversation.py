@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.conversation import (
+from tether.actors.conversation import (
     TreeMirror,
     complete_messages,
     history_at,
@@ -14,10 +14,10 @@ from actors.conversation import (
     resolve_node,
     tree_nodes,
 )
-from actors.model.context import shape_messages
-from events.forest import Forest, ForestState, Node, message_key
-from events.messages import TextBlock, ToolResultBlock, ToolUseBlock
-from events.session import Turn
+from tether.actors.model.context import shape_messages
+from tether.events.forest import Forest, ForestState, Node, message_key
+from tether.events.messages import TextBlock, ToolResultBlock, ToolUseBlock
+from tether.events.session import Turn
 
 
 def user(text: str) -> Turn:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from actors import engine_tools
-from actors.engine_tools import (
+from tether.actors import engine_tools
+from tether.actors.engine_tools import (
     ASK_USER_QUESTION,
     EXIT_PLAN_MODE,
     FALLBACK_PLAN,

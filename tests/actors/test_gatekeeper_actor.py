@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from actors.gatekeeper.deny_lists import action_hash
-from actors.runtime import ask
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
-from events.decisions import ToolDecision, decision_uuid
-from events.messages import ToolProposal, Verdict
+from tether.actors.gatekeeper.deny_lists import action_hash
+from tether.actors.runtime import ask
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
+from tether.events.decisions import ToolDecision, decision_uuid
+from tether.events.messages import ToolProposal, Verdict
 
 
 def _propose(host: Host, sid: str, call: str, tool: str, tool_input: dict[str, str],

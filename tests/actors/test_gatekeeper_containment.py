@@ -6,10 +6,10 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from actors.gatekeeper.actor import Containment, Judgement, judge
-from actors.gatekeeper.deny_lists import DenyLists, action_hash
-from actors.gatekeeper.security import PipelineConfig
-from events.messages import ToolProposal
+from tether.actors.gatekeeper.actor import Containment, Judgement, judge
+from tether.actors.gatekeeper.deny_lists import DenyLists, action_hash
+from tether.actors.gatekeeper.security import PipelineConfig
+from tether.events.messages import ToolProposal
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from actors.gatekeeper.actor import judge
-from actors.gatekeeper.deny_lists import BUILTIN_TOOLS, DenyLists, action_hash
-from actors.gatekeeper.security import PipelineConfig
-from events.messages import ToolProposal
+from tether.actors.gatekeeper.actor import judge
+from tether.actors.gatekeeper.deny_lists import BUILTIN_TOOLS, DenyLists, action_hash
+from tether.actors.gatekeeper.security import PipelineConfig
+from tether.events.messages import ToolProposal
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -59,7 +59,7 @@ def test_a_call_that_needs_approval_escalates_to_a_person(tmp_path: Path) -> Non
 
 
 def test_configured_protected_files_are_honoured(tmp_path: Path) -> None:
-    from adapters.config import load_settings
+    from tether.adapters.config import load_settings
 
     (tmp_path / "tether.toml").write_text(
         '[protection]\nidentity_files = ["CHARTER.md"]\n')
@@ -76,7 +76,7 @@ def test_configured_protected_files_are_honoured(tmp_path: Path) -> None:
 
 
 def test_every_builtin_tool_is_known_to_the_gatekeeper(tmp_path: Path) -> None:
-    from adapters.tools import TOOL_GROUPS
+    from tether.adapters.tools import TOOL_GROUPS
 
     builtin = {name for names in TOOL_GROUPS.values() for name in names}
     assert builtin <= BUILTIN_TOOLS  # a new tool must not be denied as unknown

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.gatekeeper.deny_lists import (
+from tether.actors.gatekeeper.deny_lists import (
     DEFAULT_DENY_COMMANDS,
     Decision,
     DenyLists,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from actors.middleware import Gate, MiddlewareSettings, TokenBucket
-from events.messages import UserMessage
+from tether.actors.middleware import Gate, MiddlewareSettings, TokenBucket
+from tether.events.messages import UserMessage
 
 
 def msg(user: str = "ana", channel: str = "web") -> UserMessage:

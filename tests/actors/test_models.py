@@ -7,13 +7,13 @@ from importlib import resources
 import msgspec
 import pytest
 
-from actors.model import models
-from actors.model.models import DEFAULT_MODEL, MODELS, ModelInfo, load_table, model_info
-from actors.model.pricing import DEFAULT_PRICE, PRICES, price_of
+from tether.actors.model import models
+from tether.actors.model.models import DEFAULT_MODEL, MODELS, ModelInfo, load_table, model_info
+from tether.actors.model.pricing import DEFAULT_PRICE, PRICES, price_of
 
 
 def test_data_file_is_in_the_package() -> None:
-    data = resources.files("actors").joinpath("data", "models.toml")
+    data = resources.files("tether.actors").joinpath("data", "models.toml")
     assert data.is_file()
     assert load_table(data.read_bytes()) == models.TABLE
 

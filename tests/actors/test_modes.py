@@ -11,11 +11,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.gatekeeper.actor import Judgement, judge
-from actors.gatekeeper.deny_lists import DenyLists, action_hash
-from actors.gatekeeper.security import ActionRequest, PipelineConfig, evaluate, parse_policy
-from actors.modes import PLAN_DIR, auto_approvable, plan_file_for, plan_mode_refusal
-from events.messages import Mode, ToolProposal
+from tether.actors.gatekeeper.actor import Judgement, judge
+from tether.actors.gatekeeper.deny_lists import DenyLists, action_hash
+from tether.actors.gatekeeper.security import ActionRequest, PipelineConfig, evaluate, parse_policy
+from tether.actors.modes import PLAN_DIR, auto_approvable, plan_file_for, plan_mode_refusal
+from tether.events.messages import Mode, ToolProposal
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 SESSION = "s1"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.naming import name_from_prompt
+from tether.actors.naming import name_from_prompt
 
 
 @pytest.mark.parametrize(
@@ -47,7 +47,7 @@ def test_default_name_is_deduplicated_too() -> None:
 
 
 def test_names_are_valid_subject_tokens() -> None:
-    from events.subjects import check_token
+    from tether.events.subjects import check_token
 
     for prompt in ("Fix: the *login* bug > now", "a.b.c d e", "tabs\tand\nnewlines"):
         check_token(name_from_prompt(prompt, set()), "name")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from actors.model.pricing import DEFAULT_PRICE, PRICES, cost_usd, price_of
-from events.messages import Usage
+from tether.actors.model.pricing import DEFAULT_PRICE, PRICES, cost_usd, price_of
+from tether.events.messages import Usage
 
 
 @pytest.mark.parametrize(

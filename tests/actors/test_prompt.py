@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.model.context import DEFAULT_SYSTEM_PROMPT
-from actors.model.prompt import (
+from tether.actors.model.context import DEFAULT_SYSTEM_PROMPT
+from tether.actors.model.prompt import (
     LOAD_SKILLS,
     MAX_FILE_BYTES,
     PromptCaps,

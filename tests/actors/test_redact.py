@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from actors.model import redact, redact_scan, secret_rules
-from actors.model.redact import MASK, Redactor
-from actors.model.redact_scan import load_hyperscan
+from tether.actors.model import redact, redact_scan, secret_rules
+from tether.actors.model.redact import MASK, Redactor
+from tether.actors.model.redact_scan import load_hyperscan
 
 
 def test_known_secret_values_are_masked_everywhere() -> None:

@@ -12,9 +12,9 @@ from collections.abc import Iterable
 
 import pytest
 
-from actors.model.redact import MASK, Redactor, StreamRedactor, _Located
-from actors.model.redact_scan import load_hyperscan
-from actors.model.secret_rules import CAP
+from tether.actors.model.redact import MASK, Redactor, StreamRedactor, _Located
+from tether.actors.model.redact_scan import load_hyperscan
+from tether.actors.model.secret_rules import CAP
 
 CONFIGURED = ["configured-secret-value-42", "nats-Pa55word!", "db-pass-0000"]
 

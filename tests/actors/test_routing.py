@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.chat.routes import (
+from tether.actors.chat.routes import (
     BUFFER_BLOCKS,
     LAST_CHARS,
     LAST_LINES,

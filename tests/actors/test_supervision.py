@@ -12,19 +12,19 @@ from typing import Any, cast
 
 import pytest
 
-from actors.ports import Grant, ToolOutput
-from actors.runtime import ActorSystem, Binding, Envelope, TetherActor
-from adapters.anthropic_provider import AnthropicProvider
-from adapters.config import Settings
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
-from adapters.nats_bus import NatsBus
-from adapters.tools import BuiltinTools
-from events.messages import Message
-from events.sandbox import SandboxProfile
-from events.subjects import Subjects
 from tests.conftest import ChannelWatcher
 from tests.helpers import say
+from tether.actors.ports import Grant, ToolOutput
+from tether.actors.runtime import ActorSystem, Binding, Envelope, TetherActor
+from tether.adapters.anthropic_provider import AnthropicProvider
+from tether.adapters.config import Settings
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
+from tether.adapters.nats_bus import NatsBus
+from tether.adapters.tools import BuiltinTools
+from tether.events.messages import Message
+from tether.events.sandbox import SandboxProfile
+from tether.events.subjects import Subjects
 
 SCRIPT = """
 responses:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 
-from actors.gatekeeper.tier2 import Review, Tier2Budget, Tier2Settings, read_review, review_request
+from tether.actors.gatekeeper.tier2 import (
+    Review,
+    Tier2Budget,
+    Tier2Settings,
+    read_review,
+    review_request,
+)
 
 T0 = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC)
 

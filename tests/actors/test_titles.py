@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from actors.model.titles import (
+from tether.actors.model.titles import (
     TITLE_MAX,
     clean_title,
     exchange_messages,
     title_request,
     wants_title,
 )
-from events.messages import TextBlock, ToolResultBlock, ToolUseBlock
-from events.session import Turn
+from tether.events.messages import TextBlock, ToolResultBlock, ToolUseBlock
+from tether.events.session import Turn
 
 
 def test_a_title_is_wanted_from_six_messages_until_there_is_one() -> None:

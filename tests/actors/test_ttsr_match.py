@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from actors.ttsr.match import DEFAULT_WINDOW, Match, StreamMatcher
-from actors.ttsr.rules import Rule, parse_scope
+from tether.actors.ttsr.match import DEFAULT_WINDOW, Match, StreamMatcher
+from tether.actors.ttsr.rules import Rule, parse_scope
 
 ENGINES = ["hyperscan", "re"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from actors.ttsr.policy import Injection, InjectionPolicy, TtsrSettings
-from actors.ttsr.rules import Rule
+from tether.actors.ttsr.policy import Injection, InjectionPolicy, TtsrSettings
+from tether.actors.ttsr.rules import Rule
 
 
 def rule(name: str, **extra: object) -> Rule:

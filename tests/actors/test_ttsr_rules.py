@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.ttsr.rules import (
+from tether.actors.ttsr.rules import (
     DEFAULT_SCOPES,
     Rule,
     Scope,
@@ -18,7 +18,7 @@ from actors.ttsr.rules import (
     render_reminder,
     rules_from_sources,
 )
-from events.ttsr import RuleSource
+from tether.events.ttsr import RuleSource
 
 PREAMBLE = [
     "Your output was interrupted because it broke one of this project's rules.",
@@ -438,7 +438,7 @@ def test_a_huge_file_and_a_link_out_of_the_folder_are_not_read(tmp_path: Path) -
 
 def test_hard_links_a_workspace_folder_led_out_and_too_many_files_are_not_read(
         tmp_path: Path) -> None:
-    from actors.ttsr.rules import MAX_RULE_FILES
+    from tether.actors.ttsr.rules import MAX_RULE_FILES
 
     ws, elsewhere = tmp_path / "ws", tmp_path / "elsewhere"
     write_rule(elsewhere / "rules", "far.md", "name: far\ntrigger: FAR")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from actors.ports import (
+from tether.actors.ports import (
     MessageDone,
     ModelEvent,
     ModelRequest,
@@ -19,9 +19,9 @@ from actors.ports import (
     ToolInputDelta,
     ToolUseStart,
 )
-from adapters.anthropic_provider import AnthropicProvider
-from adapters.fake_llm import EXHAUSTED_TEXT, FakeLLM, parse_script
-from events.messages import TextBlock, ToolUseBlock, Usage
+from tether.adapters.anthropic_provider import AnthropicProvider
+from tether.adapters.fake_llm import EXHAUSTED_TEXT, FakeLLM, parse_script
+from tether.events.messages import TextBlock, ToolUseBlock, Usage
 
 SCRIPT = """
 responses:

@@ -17,7 +17,7 @@ COMMANDS = ["config", "serve", "chat", "demo", "sessions", "kill", "fork", "even
 
 
 def tether(*args: str, env: dict[str, str] | None = None, stdin: str = "") -> tuple[int, str, str]:
-    done = subprocess.run([sys.executable, "-m", "adapters.cli", *args], env=env,
+    done = subprocess.run([sys.executable, "-m", "tether.adapters.cli", *args], env=env,
                           capture_output=True, text=True, input=stdin, timeout=120)
     return done.returncode, done.stdout, done.stderr
 

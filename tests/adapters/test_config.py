@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.config import (
+from tether.adapters.config import (
     ConfigError,
     Settings,
     describe,

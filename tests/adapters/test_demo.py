@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from adapters.config import Settings
-from adapters.demo import DEMO_MESSAGES, demo_settings
+from tether.adapters.config import Settings
+from tether.adapters.demo import DEMO_MESSAGES, demo_settings
 
 
 def test_the_demo_sends_faster_than_a_person_without_being_rate_limited(

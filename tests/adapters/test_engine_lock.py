@@ -15,18 +15,18 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from adapters.anthropic_provider import AnthropicProvider
-from adapters.config import Settings
-from adapters.engine_lease import EngineLease, holder_of
-from adapters.engine_lock import EngineLock, EngineRunning, lock_path, running_engine
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
-from adapters.nats_bus import NatsBus
 from tests.helpers import wait_until
+from tether.adapters.anthropic_provider import AnthropicProvider
+from tether.adapters.config import Settings
+from tether.adapters.engine_lease import EngineLease, holder_of
+from tether.adapters.engine_lock import EngineLock, EngineRunning, lock_path, running_engine
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
+from tether.adapters.nats_bus import NatsBus
 
 HOLD = """
 import sys, time
-from adapters.engine_lock import EngineLock
+from tether.adapters.engine_lock import EngineLock
 EngineLock(sys.argv[1], "ns").acquire()
 print("held", flush=True)
 time.sleep(600)
@@ -58,8 +58,8 @@ def test_a_second_engine_is_refused_until_the_first_dies(tmp_path: Path) -> None
 
 HOLD_LEASE = """
 import sys, time
-from adapters.engine_lease import EngineLease
-from adapters.nats_bus import NatsBus
+from tether.adapters.engine_lease import EngineLease
+from tether.adapters.nats_bus import NatsBus
 EngineLease(NatsBus(sys.argv[1]), sys.argv[2], sys.argv[3], bucket=sys.argv[4],
             ttl=float(sys.argv[5])).acquire()
 print("held", flush=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from adapters.fake_llm import EXHAUSTED_TEXT, FakeLLM, ScriptError, load_script, parse_script
+from tether.adapters.fake_llm import EXHAUSTED_TEXT, FakeLLM, ScriptError, load_script, parse_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -292,7 +292,7 @@ def test_command_serves_until_interrupted(tmp_path: Path) -> None:
     script.write_text("responses:\n  - blocks: [{text: from the command}]\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "adapters.fake_llm", "--script", str(script), "--quiet"],
+        [sys.executable, "-m", "tether.adapters.fake_llm", "--script", str(script), "--quiet"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -319,7 +319,7 @@ def test_command_serves_until_interrupted(tmp_path: Path) -> None:
 
 
 def test_command_rejects_a_bad_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from adapters.fake_llm import main
+    from tether.adapters.fake_llm import main
 
     script = tmp_path / "script.yaml"
     script.write_text("responses: 3\n")
@@ -503,6 +503,6 @@ def test_a_response_impossible_under_tool_choice_is_a_script_problem(
 def test_the_stand_in_answers_without_nagles_delay() -> None:
     """A quick second call on the same connection must not wait ~40 ms for a delayed ACK:
     the server's connections have TCP_NODELAY."""
-    from adapters.fake_llm.server import _Handler
+    from tether.adapters.fake_llm.server import _Handler
 
     assert _Handler.disable_nagle_algorithm is True

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.http_token import TokenError, load_token, rotate_token, token_path
+from tether.adapters.http_token import TokenError, load_token, rotate_token, token_path
 
 
 def test_the_token_is_made_once_and_only_its_owner_can_read_it(tmp_path: Path) -> None:

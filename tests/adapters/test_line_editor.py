@@ -19,10 +19,10 @@ import pytest
 from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
 
-from actors.commands import COMMANDS
-from adapters.fake_llm import FakeLLM
-from adapters.line_editor import SlashCompleter, line_readers
 from tests.helpers import engine_env
+from tether.actors.commands import COMMANDS
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.line_editor import SlashCompleter, line_readers
 
 UP, LEFT, TAB = "\x1b[A", "\x1b[D", "\t"
 CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\r")
@@ -118,7 +118,7 @@ def chat(tmp_path: Path, nats_url: str, namespace: str, workspace: Path,
     started: list[Pty] = []
 
     def start() -> Pty:
-        started.append(Pty([sys.executable, "-m", "adapters.cli", "chat"], env))
+        started.append(Pty([sys.executable, "-m", "tether.adapters.cli", "chat"], env))
         return started[-1]
 
     yield start
@@ -171,7 +171,7 @@ def test_sigterm_at_the_prompt_leaves_cleanly(chat: Callable[[], Pty]) -> None:
 
 
 def test_the_history_file_stays_private_and_never_follows_a_link(tmp_path: Path) -> None:
-    from adapters.line_editor import PrivateFileHistory, _private_history
+    from tether.adapters.line_editor import PrivateFileHistory, _private_history
 
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
@@ -201,7 +201,7 @@ def test_the_history_file_stays_private_and_never_follows_a_link(tmp_path: Path)
 
 
 def test_a_fifo_or_a_hard_link_in_the_history_s_place_is_left_alone(tmp_path: Path) -> None:
-    from adapters.line_editor import PrivateFileHistory
+    from tether.adapters.line_editor import PrivateFileHistory
 
     fifo = tmp_path / "fifo_history"
     os.mkfifo(fifo)

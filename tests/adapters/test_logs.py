@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from actors.log_context import bound_session
-from actors.runtime import RemoteError, ask
-from adapters.fake_llm import FakeLLM
-from adapters.logs import configure_logging
-from adapters.nats_bus import NatsBus
-from events.messages import Accepted, UserMessage
-from events.subjects import Subjects
 from tests.helpers import Serve, engine_env, wait_until
+from tether.actors.log_context import bound_session
+from tether.actors.runtime import RemoteError, ask
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.logs import configure_logging
+from tether.adapters.nats_bus import NatsBus
+from tether.events.messages import Accepted, UserMessage
+from tether.events.subjects import Subjects
 
 log = logging.getLogger("tests.logs")
 

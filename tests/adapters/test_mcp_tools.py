@@ -21,28 +21,28 @@ from typing import Any
 
 import pytest
 
-from actors.gatekeeper.actor import judge
-from actors.gatekeeper.deny_lists import DenyLists, action_hash
-from actors.gatekeeper.security import PipelineConfig, parse_policy
-from actors.gatekeeper.security.action import ReadOnlyTools
-from actors.ports import ToolOutput
-from adapters.config import (
+from tests.conftest import Engine
+from tests.helpers import Listener, need_sandbox, say, wait_until
+from tests.mcp_server import LONG_NAME
+from tether.actors.gatekeeper.actor import judge
+from tether.actors.gatekeeper.deny_lists import DenyLists, action_hash
+from tether.actors.gatekeeper.security import PipelineConfig, parse_policy
+from tether.actors.gatekeeper.security.action import ReadOnlyTools
+from tether.actors.ports import ToolOutput
+from tether.adapters.config import (
     ConfigError,
     McpServer,
     McpSettings,
     load_settings,
     render_settings,
 )
-from adapters.host import Host, known_secrets
-from adapters.mcp_tools import McpTools, WithMcpTools, hashed_name, tool_name
-from adapters.sandbox import Placeholders, Sandbox, probe
-from adapters.tools import BuiltinTools
-from adapters.tools.shell import Unconfined
-from events.messages import ToolProposal
-from projections.audit_index import AuditEntry
-from tests.conftest import Engine
-from tests.helpers import Listener, need_sandbox, say, wait_until
-from tests.mcp_server import LONG_NAME
+from tether.adapters.host import Host, known_secrets
+from tether.adapters.mcp_tools import McpTools, WithMcpTools, hashed_name, tool_name
+from tether.adapters.sandbox import Placeholders, Sandbox, probe
+from tether.adapters.tools import BuiltinTools
+from tether.adapters.tools.shell import Unconfined
+from tether.events.messages import ToolProposal
+from tether.projections.audit_index import AuditEntry
 
 pytestmark = pytest.mark.slow  # starts MCP servers as processes
 
@@ -184,7 +184,7 @@ def test_tools_and_groups_are_namespaced_by_server(start_mcp: Callable[..., McpT
 def test_exact_names_win_and_long_names_are_shortened(
     start_mcp: Callable[..., McpTools], caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="adapters.mcp_tools")
+    caplog.set_level(logging.INFO, logger="tether.adapters.mcp_tools")
     manager = start_mcp(odd=stdio_server("--awkward"))
     tools = {d["name"]: d["description"] for d in manager.definitions()}
     # a.b is listed first, yet the real a_b keeps its name; a.b gets a hashed one.
@@ -317,7 +317,7 @@ def test_a_server_that_crashes_after_connecting_is_retried_ever_more_slowly(
     start_mcp: Callable[..., McpTools], tmp_path: Path, caplog: pytest.LogCaptureFixture,
     stable_after: float, doubling: bool,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="adapters.mcp_tools")
+    caplog.set_level(logging.WARNING, logger="tether.adapters.mcp_tools")
     starts = tmp_path / "starts"
     manager = start_mcp(options={"retry_first": 0.05, "stable_after": stable_after},
                         flaky=stdio_server("--exit-after-list", "--starts", str(starts)))
@@ -489,9 +489,9 @@ def test_stopping_the_manager_ends_the_sandboxed_server(tmp_path: Path) -> None:
 
 KILLED_ENGINE = """
 import os, sys, time
-from adapters.config import McpSettings
-from adapters.mcp_tools import McpTools
-from adapters.sandbox import Sandbox, probe
+from tether.adapters.config import McpSettings
+from tether.adapters.mcp_tools import McpTools
+from tether.adapters.sandbox import Sandbox, probe
 from tests.adapters.test_mcp_tools import home_entries, stdio_server
 
 beat = os.environ["BEAT"]
@@ -528,7 +528,7 @@ def test_without_a_sandbox_stdio_servers_are_not_started(
     start_mcp: Callable[..., McpTools], http_server: HttpServer, tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="adapters.mcp_tools")
+    caplog.set_level(logging.WARNING, logger="tether.adapters.mcp_tools")
     http_server.start()
     starts = tmp_path / "starts"
     missing = Unconfined(False, "bubblewrap (bwrap) is not on the PATH")
@@ -770,7 +770,7 @@ def test_the_engine_starts_with_an_mcp_server_that_cannot_start(
     engine: Callable[..., Engine], watch_channel: Callable[..., Any], workspace: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="adapters.mcp_tools")
+    caplog.set_level(logging.WARNING, logger="tether.adapters.mcp_tools")
     (workspace / "notes.txt").write_text("built-in tools still work\n")
     host, _, llm = engine("""
 responses:

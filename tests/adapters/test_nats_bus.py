@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.ports import BusError, Inbound, RequestTimeout
-from adapters.nats_bus import NatsBus
-from adapters.nats_server import EmbeddedNats
+from tether.actors.ports import BusError, Inbound, RequestTimeout
+from tether.adapters.nats_bus import NatsBus
+from tether.adapters.nats_server import EmbeddedNats
 
 
 @pytest.fixture

@@ -23,13 +23,14 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from actors.ports import BusError
-from actors.runtime import RemoteError, ask
-from adapters.anthropic_provider import AnthropicProvider
-from adapters.config import ConfigError, Settings, describe, load_settings
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host, known_secrets
-from adapters.nats_auth import (
+from tests.helpers import wait_until
+from tether.actors.ports import BusError
+from tether.actors.runtime import RemoteError, ask
+from tether.adapters.anthropic_provider import AnthropicProvider
+from tether.adapters.config import ConfigError, Settings, describe, load_settings
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host, known_secrets
+from tether.adapters.nats_auth import (
     ClientAuth,
     Credentials,
     NatsAuthError,
@@ -43,11 +44,11 @@ from adapters.nats_auth import (
     server_config,
     settings_auth,
 )
-from adapters.nats_bus import NatsBus
-from adapters.nats_server import EmbeddedNats
-from adapters.terminal import TerminalConnector
-from events.codec import encode
-from events.messages import (
+from tether.adapters.nats_bus import NatsBus
+from tether.adapters.nats_server import EmbeddedNats
+from tether.adapters.terminal import TerminalConnector
+from tether.events.codec import encode
+from tether.events.messages import (
     Accepted,
     BarrierCheck,
     ForkSession,
@@ -64,8 +65,7 @@ from events.messages import (
     Verdict,
     WatchSession,
 )
-from events.subjects import Subjects
-from tests.helpers import wait_until
+from tether.events.subjects import Subjects
 
 SHARED_PORT = 4222
 ALICE = "alice"

@@ -13,8 +13,8 @@ from pathlib import Path
 import nats
 import pytest
 
-from adapters.config import Settings
-from adapters.nats_server import (
+from tether.adapters.config import Settings
+from tether.adapters.nats_server import (
     EmbeddedNats,
     NatsServerError,
     find_nats_server,
@@ -171,7 +171,7 @@ def test_other_version_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -
         f'exec "{real}" "$@"\n'
     )
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
-    caplog.set_level(logging.WARNING, logger="adapters.nats_server")
+    caplog.set_level(logging.WARNING, logger="tether.adapters.nats_server")
     with EmbeddedNats(tmp_path / "nats", binary=str(wrapper)) as srv:
         assert srv.version == "2.99.0" and srv.running
     assert "2.99.0" in caplog.text and "2.15.x" in caplog.text

@@ -17,16 +17,16 @@ from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 from prometheus_client import generate_latest
 
-from adapters.config import Settings
-from adapters.nats_bus import NatsBus
-from adapters.relay import DIGEST_HEADER, NOTIFICATION_HEADER, EventRelay
-from adapters.store import open_application
-from events.application import TetherApplication
-from events.decisions import ToolDecision, decision_uuid
-from events.messages import RelayedEvent
-from events.session import Session
-from events.subjects import Subjects
-from projections.prometheus import registry_with
+from tether.adapters.config import Settings
+from tether.adapters.nats_bus import NatsBus
+from tether.adapters.relay import DIGEST_HEADER, NOTIFICATION_HEADER, EventRelay
+from tether.adapters.store import open_application
+from tether.events.application import TetherApplication
+from tether.events.decisions import ToolDecision, decision_uuid
+from tether.events.messages import RelayedEvent
+from tether.events.session import Session
+from tether.events.subjects import Subjects
+from tether.projections.prometheus import registry_with
 
 
 class Env(msgspec.Struct):
@@ -158,7 +158,7 @@ def _relay_until_caught_up(env: Env) -> int:
 
 def _warnings(caplog: pytest.LogCaptureFixture, level: int, word: str) -> list[str]:
     return [r.getMessage() for r in caplog.records
-            if r.name == "adapters.relay" and r.levelno == level and word in r.getMessage()]
+            if r.name == "tether.adapters.relay" and r.levelno == level and word in r.getMessage()]
 
 
 def _metric(relay: EventRelay, name: str) -> int:
@@ -282,7 +282,7 @@ def test_a_forged_notification_id_does_not_swallow_the_next_events(
     """Issue 13: one message by someone else claiming notification 1000000, then a
     restart. The relay must not resume after it: the next 42 events all reach the
     stream, and the forged message is reported (WARNING naming it) and counted."""
-    caplog.set_level(logging.WARNING, logger="adapters.relay")
+    caplog.set_level(logging.WARNING, logger="tether.adapters.relay")
     app = env.app
     for i in range(3):
         _store_session(app, f"s{i}")
@@ -315,7 +315,7 @@ def test_a_genuine_id_on_other_content_is_foreign(
 ) -> None:
     """A message naming a real notification but not carrying that event is not trusted:
     neither with a digest of its own content nor with the genuine message's digest."""
-    caplog.set_level(logging.WARNING, logger="adapters.relay")
+    caplog.set_level(logging.WARNING, logger="tether.adapters.relay")
     app = env.app
     for i in range(3):
         _store_session(app, f"s{i}")
@@ -378,7 +378,7 @@ def test_a_refused_publish_is_counted_and_retried(
 ) -> None:
     """An event JetStream refuses (here: bigger than the stream allows) is an ERROR and a
     counted failure; the relay stays before it and does not skip it."""
-    caplog.set_level(logging.WARNING, logger="adapters.relay")
+    caplog.set_level(logging.WARNING, logger="tether.adapters.relay")
     app = env.app
 
     async def small_stream() -> None:
@@ -411,7 +411,7 @@ def test_a_stream_deleted_under_the_relay_is_a_gap_and_is_refilled(
     """Publishing into a deleted stream fails; before retrying, the relay verifies the
     stream again, finds it behind what was acknowledged (a gap: alarm and counter),
     recreates it and relays every event again."""
-    caplog.set_level(logging.WARNING, logger="adapters.relay")
+    caplog.set_level(logging.WARNING, logger="tether.adapters.relay")
     app = env.app
     relay = EventRelay(app, env.bus, env.subjects, ack_timeout=1.0).start()
     try:
@@ -437,7 +437,7 @@ def test_an_event_whose_msg_id_was_taken_still_reaches_the_stream(
     """Another program publishes with the next event's Nats-Msg-Id: JetStream would drop
     the real event as a duplicate. The relay sees the message under that id is not its
     event, raises the alarm and publishes the event under a qualified id."""
-    caplog.set_level(logging.WARNING, logger="adapters.relay")
+    caplog.set_level(logging.WARNING, logger="tether.adapters.relay")
     app = env.app
     relay = EventRelay(app, env.bus, env.subjects).start()
     try:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from adapters.render import event_summary
-from events.messages import TextBlock, ToolUseBlock, Usage
-from events.session import Turn
+from tether.adapters.render import event_summary
+from tether.events.messages import TextBlock, ToolUseBlock, Usage
+from tether.events.session import Turn
 
 NODE = "0d1e2f3a-1111-5222-8333-944455556666"
 

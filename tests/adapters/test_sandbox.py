@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.ports import Grant
-from adapters.sandbox import (
+from tests.helpers import Listener, need_sandbox, need_sealing
+from tether.actors.ports import Grant
+from tether.adapters.sandbox import (
     MountPlan,
     Placeholders,
     Sandbox,
@@ -26,11 +27,10 @@ from adapters.sandbox import (
     bwrap_argv,
     protected_targets,
 )
-from adapters.sandbox.cgroup import CgroupPool, find_parent, sweep_cgroups
-from adapters.tools import BuiltinTools
-from adapters.tools.shell import Unconfined
-from events.sandbox import SandboxLimits
-from tests.helpers import Listener, need_sandbox, need_sealing
+from tether.adapters.sandbox.cgroup import CgroupPool, find_parent, sweep_cgroups
+from tether.adapters.tools import BuiltinTools
+from tether.adapters.tools.shell import Unconfined
+from tether.events.sandbox import SandboxLimits
 
 pytestmark = pytest.mark.slow  # runs commands in the bubblewrap sandbox
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from actors.ports import Grant
-from adapters.sandbox import Placeholders, Sandbox
-from adapters.sandbox.newrepos import git_folders, make_harmless
-from events.sandbox import SandboxLimits
 from tests.helpers import need_sandbox
+from tether.actors.ports import Grant
+from tether.adapters.sandbox import Placeholders, Sandbox
+from tether.adapters.sandbox.newrepos import git_folders, make_harmless
+from tether.events.sandbox import SandboxLimits
 
 pytestmark = pytest.mark.slow  # runs commands in the bubblewrap sandbox
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from adapters.stats import render_stats
-from projections.metrics import Metrics, TopSession
+from tether.adapters.stats import render_stats
+from tether.projections.metrics import Metrics, TopSession
 
 STATUSES = {"starting": 1, "running": 0, "completed": 1, "failed": 1, "killed": 1}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.host import tool_environment
+from tether.adapters.host import tool_environment
 
 
 def test_secrets_and_shell_hooks_are_not_inherited(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,10 +13,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.ports import ToolExecutor, ToolOutput
-from adapters.sandbox import Sandbox
-from adapters.tools import TOOL_GROUP_DESCRIPTIONS, TOOL_GROUPS, TOOLS, BuiltinTools
 from tests.helpers import need_sandbox
+from tether.actors.ports import ToolExecutor, ToolOutput
+from tether.adapters.sandbox import Sandbox
+from tether.adapters.tools import TOOL_GROUP_DESCRIPTIONS, TOOL_GROUPS, TOOLS, BuiltinTools
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.ports import ToolOutput
-from adapters.tools import BuiltinTools, beneath
-from adapters.tools.beneath import EscapeError
+from tether.actors.ports import ToolOutput
+from tether.adapters.tools import BuiltinTools, beneath
+from tether.adapters.tools.beneath import EscapeError
 
 
 @pytest.fixture(params=["openat2", "walk"], autouse=True)

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from actors.undo import UndoError, undo_files
-from adapters.snapshots import MANIFEST, SnapshotStore
-from events.session import Session
+from tether.actors.undo import UndoError, undo_files
+from tether.adapters.snapshots import MANIFEST, SnapshotStore
+from tether.events.session import Session
 
 
 class Case:

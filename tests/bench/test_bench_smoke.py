@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from adapters.sandbox import probe
+from tether.adapters.sandbox import probe
 
 ROOT = Path(__file__).resolve().parents[2]
 RATIO = r"RATIO {} tether/raw = \d+\.\d\d$"

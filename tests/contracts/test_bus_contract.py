@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from actors.ports import Bus, BusError, Inbound, RequestTimeout
-from adapters.nats_bus import NatsBus
+from tether.actors.ports import Bus, BusError, Inbound, RequestTimeout
+from tether.adapters.nats_bus import NatsBus
 
 
 class BusContract:

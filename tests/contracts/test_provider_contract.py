@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from actors.ports import (
+from tether.actors.ports import (
     MessageDone,
     ModelEvent,
     ModelRequest,
@@ -25,9 +25,9 @@ from actors.ports import (
     ToolInputDelta,
     ToolUseStart,
 )
-from adapters.anthropic_provider import AnthropicProvider
-from adapters.fake_llm import FakeLLM, parse_script
-from events.messages import TextBlock, ToolUseBlock
+from tether.adapters.anthropic_provider import AnthropicProvider
+from tether.adapters.fake_llm import FakeLLM, parse_script
+from tether.events.messages import TextBlock, ToolUseBlock
 
 pytestmark = pytest.mark.slow  # a model server per test
 

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from eventsourcing.persistence import IntegrityError, Tracking
 
-from adapters.config import Settings
-from adapters.store import open_application, open_view
-from events.application import TetherApplication
-from events.messages import TextBlock, Usage
-from events.session import Session
-from projections.tables import Change, Row, Table
-from projections.view import APPLICATION, TrackedView
+from tether.adapters.config import Settings
+from tether.adapters.store import open_application, open_view
+from tether.events.application import TetherApplication
+from tether.events.messages import TextBlock, Usage
+from tether.events.session import Session
+from tether.projections.tables import Change, Row, Table
+from tether.projections.view import APPLICATION, TrackedView
 
 
 def a_session(sid: str = "contract") -> Session:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from actors.ports import Grant, ToolExecutor
-from adapters.config import McpSettings
-from adapters.mcp_tools import McpTools, WithMcpTools
-from adapters.tools import BuiltinTools
 from tests.adapters.test_mcp_tools import PLAIN, stdio_server
+from tether.actors.ports import Grant, ToolExecutor
+from tether.adapters.config import McpSettings
+from tether.adapters.mcp_tools import McpTools, WithMcpTools
+from tether.adapters.tools import BuiltinTools
 
 pytestmark = pytest.mark.slow  # the MCP executors start a server process
 

@@ -6,9 +6,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from adapters.config import Settings
-from adapters.store import open_application
-from events.application import TetherApplication
+from tether.adapters.config import Settings
+from tether.adapters.store import open_application
+from tether.events.application import TetherApplication
 
 
 @pytest.fixture

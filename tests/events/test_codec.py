@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from events import messages as m
-from events.codec import (
+from tether.events import messages as m
+from tether.events.codec import (
     MAX_DEPTH,
     MAX_PAYLOAD,
     MAX_REASON,

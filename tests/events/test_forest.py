@@ -11,8 +11,8 @@ import msgspec
 import pytest
 from eventsourcing.persistence import StoredEvent
 
-from events.application import TetherApplication, aggregate_name
-from events.forest import (
+from tether.events.application import TetherApplication, aggregate_name
+from tether.events.forest import (
     AddNode,
     BookmarkError,
     BrokenPathError,
@@ -41,7 +41,7 @@ from events.forest import (
     message_key,
     node_id_for,
 )
-from events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from tether.events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
 
 
 def T(text: str) -> list[ContentBlock]:

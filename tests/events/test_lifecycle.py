@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from events.lifecycle import STATUSES, allowed, refusal
+from tether.events.lifecycle import STATUSES, allowed, refusal
 
 
 @pytest.mark.parametrize(("current", "new"), [

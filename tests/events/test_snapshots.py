@@ -12,11 +12,11 @@ import msgspec
 import pytest
 from eventsourcing.persistence import StoredEvent
 
-from events.application import SNAPSHOT_INTERVAL, TetherApplication
-from events.forest import Forest, ForestSnapshotState
-from events.messages import TextBlock, ToolUseBlock, Usage
-from events.session import Session, SessionState
 from tests.events.test_store_roundtrip import full_session
+from tether.events.application import SNAPSHOT_INTERVAL, TetherApplication
+from tether.events.forest import Forest, ForestSnapshotState
+from tether.events.messages import TextBlock, ToolUseBlock, Usage
+from tether.events.session import Session, SessionState
 
 ENVELOPE = {"_id", "_version", "_pending_events"}
 
@@ -101,11 +101,11 @@ def test_a_snapshot_that_does_not_decode_is_passed_over(
     assert app.snapshots is not None
     app.snapshots.recorder.insert_events([StoredEvent(  # as an older release might have left
         originator_id=session.id, originator_version=20,
-        topic="events.session:Session.Snapshot",
-        state=msgspec.json.encode({"topic": "events.session:Session", "timestamp": 1,
+        topic="tether.events.session:Session.Snapshot",
+        state=msgspec.json.encode({"topic": "tether.events.session:Session", "timestamp": 1,
                                    "state": {"history": "not a list"}}))])
 
-    with caplog.at_level(logging.WARNING, logger="events.application"):
+    with caplog.at_level(logging.WARNING, logger="tether.events.application"):
         loaded = app.session("odd")
 
     assert loaded == replayed(app, session) == session
@@ -123,7 +123,7 @@ def test_a_snapshot_that_cannot_be_taken_does_not_fail_the_save(
         recorder.events_table_name
     with recorder.datastore.transaction(commit=True) as cursor:  # the snapshot table is lost
         cursor.execute(f"DROP TABLE {table} CASCADE" if schema else f"DROP TABLE {table}")
-    with caplog.at_level(logging.WARNING, logger="events.application"):
+    with caplog.at_level(logging.WARNING, logger="tether.events.application"):
         grow(session, app, SNAPSHOT_INTERVAL + 5)
 
     assert any("no snapshot at version 200" in r.getMessage() for r in caplog.records)

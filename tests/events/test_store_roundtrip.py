@@ -12,10 +12,10 @@ import pytest
 from eventsourcing.domain import Aggregate, event
 from eventsourcing.persistence import StoredEvent
 
-from events.application import TetherApplication
-from events.messages import TextBlock, ToolResultBlock, ToolUseBlock, Usage
-from events.sandbox import SandboxLimits, SandboxProfile
-from events.session import Session, Turn, interrupted_result, session_uuid
+from tether.events.application import TetherApplication
+from tether.events.messages import TextBlock, ToolResultBlock, ToolUseBlock, Usage
+from tether.events.sandbox import SandboxLimits, SandboxProfile
+from tether.events.session import Session, Turn, interrupted_result, session_uuid
 
 
 def full_session(sid: str = "abc123") -> Session:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from events.subjects import Subjects, check_token
+from tether.events.subjects import Subjects, check_token
 
 
 def test_default_namespace_subjects() -> None:

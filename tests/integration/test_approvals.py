@@ -7,15 +7,17 @@ from typing import Any
 
 import pytest
 
-from actors.chat.interactions import Tick
-from actors.ports import ManualClock
-from actors.runtime import RemoteError, ask
-from adapters.anthropic_provider import AnthropicProvider
-from adapters.config import Settings
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
-from events.codec import encode
-from events.messages import (
+from tests.helpers import say as say_as
+from tests.helpers import wait_until
+from tether.actors.chat.interactions import Tick
+from tether.actors.ports import ManualClock
+from tether.actors.runtime import RemoteError, ask
+from tether.adapters.anthropic_provider import AnthropicProvider
+from tether.adapters.config import Settings
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
+from tether.events.codec import encode
+from tether.events.messages import (
     Accepted,
     ChatText,
     ForkSession,
@@ -27,8 +29,6 @@ from events.messages import (
     SessionList,
     ToolResultBlock,
 )
-from tests.helpers import say as say_as
-from tests.helpers import wait_until
 
 SCRIPT = """
 responses:
@@ -134,7 +134,7 @@ def test_the_terminal_answers_approvals_during_the_turn_and_reasons_need_no_id(
 ) -> None:
     import io
 
-    from adapters.terminal import TerminalConnector
+    from tether.adapters.terminal import TerminalConnector
 
     host, _ = start(make_settings, fake_llm)
     try:
@@ -167,7 +167,7 @@ def test_typing_what_the_notice_says_at_the_terminals_prompt_does_what_it_says(
     import io
     import re
 
-    from adapters.terminal import TerminalConnector
+    from tether.adapters.terminal import TerminalConnector
 
     host, _ = start(make_settings, fake_llm)
     try:

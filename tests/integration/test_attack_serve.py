@@ -29,26 +29,26 @@ import nats
 import pytest
 from nats.errors import Error as NatsError
 
-from adapters.cli.common import open_store as _open_store
-from adapters.config import load_settings
-from adapters.fake_llm import FakeLLM, parse_script
-from adapters.nats_auth import (
+from tests.helpers import Listener, wait_until
+from tests.integration.test_serve_restart import TETHER, Serve
+from tether.adapters.cli.common import open_store as _open_store
+from tether.adapters.config import load_settings
+from tether.adapters.fake_llm import FakeLLM, parse_script
+from tether.adapters.nats_auth import (
     connector_auth,
     engine_auth,
     local_principal,
     read_credentials,
 )
-from adapters.nats_server import free_port
-from events.codec import encode
-from events.messages import (
+from tether.adapters.nats_server import free_port
+from tether.events.codec import encode
+from tether.events.messages import (
     InteractionAnswer,
     Interrupt,
     UserMessage,
     Verdict,
 )
-from events.subjects import Subjects
-from tests.helpers import Listener, wait_until
-from tests.integration.test_serve_restart import TETHER, Serve
+from tether.events.subjects import Subjects
 
 NAMESPACE = "attack"
 SOUL = "I am the agent's soul; nobody rewrites me.\n"

@@ -55,20 +55,20 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.chat.router import RouterSettings
-from actors.gatekeeper.actor import Containment, judge
-from actors.gatekeeper.deny_lists import DenyLists, action_hash
-from actors.gatekeeper.security import PipelineConfig
-from actors.gatekeeper.security.policy import default_policy
-from actors.middleware import MiddlewareSettings
-from actors.runtime import ask
-from adapters.anthropic_provider import AnthropicProvider
-from adapters.config import Settings, load_settings
-from adapters.fake_llm import FakeLLM, parse_script
-from adapters.host import Host
-from events.messages import Accepted, ToolProposal, UserMessage
 from tests.conftest import ChannelWatcher
 from tests.helpers import Listener, need_sandbox, say
+from tether.actors.chat.router import RouterSettings
+from tether.actors.gatekeeper.actor import Containment, judge
+from tether.actors.gatekeeper.deny_lists import DenyLists, action_hash
+from tether.actors.gatekeeper.security import PipelineConfig
+from tether.actors.gatekeeper.security.policy import default_policy
+from tether.actors.middleware import MiddlewareSettings
+from tether.actors.runtime import ask
+from tether.adapters.anthropic_provider import AnthropicProvider
+from tether.adapters.config import Settings, load_settings
+from tether.adapters.fake_llm import FakeLLM, parse_script
+from tether.adapters.host import Host
+from tether.events.messages import Accepted, ToolProposal, UserMessage
 
 # --- the corpus -------------------------------------------------------------------------
 #

@@ -7,11 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from actors.middleware import MiddlewareSettings
-from actors.runtime import ask
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
-from events.messages import Accepted, UserMessage
+from tether.actors.middleware import MiddlewareSettings
+from tether.actors.runtime import ask
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
+from tether.events.messages import Accepted, UserMessage
 
 SCRIPT = """
 responses:

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from actors.model.compaction import MEMORY_PROMPT, SUMMARY_PREFIX, SUMMARY_PROMPT
 from tests.conftest import Engine
 from tests.helpers import say, wait_until
+from tether.actors.model.compaction import MEMORY_PROMPT, SUMMARY_PREFIX, SUMMARY_PROMPT
 
 # A 6,000-token window leaves the budget's floor, 4,096 tokens (seed 001): compaction
 # starts at 2,867. Each message below is about 1,000 tokens, so the third turn crosses the
@@ -128,7 +128,7 @@ def test_a_compacted_session_replays_and_goes_on_after_a_restart_without_the_mod
 ) -> None:
     """What the model was sent after a compaction is what the stored events replay to;
     a new engine on the same store goes on from the summary with no compaction call."""
-    from actors.model.context import shape_messages
+    from tether.actors.model.context import shape_messages
 
     host, _, llm = engine(script("- The user prefers tabs."), context_window=WINDOW)
     sid = three_turns(host, watch_channel(host, "test"))
@@ -160,8 +160,8 @@ def test_a_fork_from_a_compacted_path_keeps_the_rules_that_fired_before_the_summ
 ) -> None:
     """A rule's reminder summarized away by a compaction still fired: a fork at a node
     whose path starts from that summary keeps it as fired (``once`` stays once)."""
-    from actors.runtime import ask
-    from events.messages import Accepted, ForkSession, TreeQuery, TreeView
+    from tether.actors.runtime import ask
+    from tether.events.messages import Accepted, ForkSession, TreeQuery, TreeView
 
     rules = tmp_path / "rules"
     rules.mkdir(exist_ok=True)

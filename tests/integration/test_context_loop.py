@@ -64,7 +64,7 @@ responses:
 def test_transient_provider_errors_are_retried_and_recorded_others_end_the_turn(
     engine: Callable[..., Engine], watch_channel: Callable[..., Any],
 ) -> None:
-    from actors.runtime import Tick
+    from tether.actors.runtime import Tick
 
     host, clock, llm = engine("""
 responses:
@@ -108,8 +108,8 @@ def test_an_overload_in_the_middle_of_a_stream_is_retried(
 ) -> None:
     """The API can answer 200 and then send an error event: an overload there is as
     transient as before the stream, so the session retries it and the turn goes on."""
-    from actors.runtime import Tick
     from tests.helpers import wait_until
+    from tether.actors.runtime import Tick
 
     host, clock, llm = engine("""
 responses:
@@ -142,7 +142,7 @@ def test_current_date_tells_the_engine_clock(
     a replayed or tested session sees one time."""
     import datetime as dt
 
-    from actors.ports import ManualClock
+    from tether.actors.ports import ManualClock
 
     clock = ManualClock(dt.datetime(2031, 7, 4, 9, 30, tzinfo=dt.UTC))
     host, _, llm = engine("""

@@ -8,10 +8,10 @@ from typing import Any
 
 import msgspec
 
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
-from events.messages import RelayedEvent, TextBlock, ToolResultBlock
 from tests.helpers import say
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
+from tether.events.messages import RelayedEvent, TextBlock, ToolResultBlock
 
 SCRIPT = """
 responses:

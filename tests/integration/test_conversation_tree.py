@@ -14,11 +14,13 @@ from typing import Any
 
 import pytest
 
-from actors.conversation import render_tree
-from actors.runtime import RemoteError, ask
-from adapters.host import Host
-from events.codec import Decoder
-from events.messages import (
+from tests.conftest import Engine
+from tests.helpers import say, tether_cli, wait_until
+from tether.actors.conversation import render_tree
+from tether.actors.runtime import RemoteError, ask
+from tether.adapters.host import Host
+from tether.events.codec import Decoder
+from tether.events.messages import (
     Accepted,
     AnyGenerationEvent,
     AssistantNode,
@@ -33,8 +35,6 @@ from events.messages import (
     TreeQuery,
     TreeView,
 )
-from tests.conftest import Engine
-from tests.helpers import say, tether_cli, wait_until
 
 ME = getpass.getuser()
 """The command line's principal: its tree commands act on the sessions it owns."""
@@ -286,7 +286,7 @@ def test_the_tree_comes_in_pages_and_the_command_line_reads_them_all(
 ) -> None:
     import argparse
 
-    from adapters.cli.tree import whole_tree as _whole_tree
+    from tether.adapters.cli.tree import whole_tree as _whole_tree
 
     host, _, _ = engine(TWO_TURNS)
     channel = watch_channel(host, "test")
@@ -358,7 +358,7 @@ def test_split_delete_and_bookmarks_from_the_command_line(
     gone = tether("bookmark", sid, "start", "--remove")
     assert gone.returncode == 0, gone.stderr
     assert tether("branch", sid, "start").returncode != 0
-    from events.forest import forest_uuid
+    from tether.events.forest import forest_uuid
 
     stored = {type(e).__name__ for e in host.app.events.get(forest_uuid(sid))}
     assert {"Split", "Deleted", "Bookmarked", "BookmarkRemoved"} <= stored
@@ -367,7 +367,7 @@ def test_split_delete_and_bookmarks_from_the_command_line(
 def test_a_kill_mid_stream_ends_the_generation_with_one_aborted_error(
     engine: Callable[..., Engine], watch_channel: Callable[..., Any],
 ) -> None:
-    from events.messages import Killed, KillSession
+    from tether.events.messages import Killed, KillSession
 
     host, _, llm = engine(LONG_STORY + """
   - match: "short one"

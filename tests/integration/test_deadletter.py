@@ -21,15 +21,17 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.gatekeeper.deny_lists import action_hash
-from actors.runtime import ask
-from adapters.anthropic_provider import AnthropicProvider
-from adapters.config import Settings
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
-from adapters.nats_server import EmbeddedNats, find_nats_server
-from events.codec import MAX_PAYLOAD, Decoder
-from events.messages import (
+from tests.conftest import ChannelWatcher
+from tests.helpers import say
+from tether.actors.gatekeeper.deny_lists import action_hash
+from tether.actors.runtime import ask
+from tether.adapters.anthropic_provider import AnthropicProvider
+from tether.adapters.config import Settings
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
+from tether.adapters.nats_server import EmbeddedNats, find_nats_server
+from tether.events.codec import MAX_PAYLOAD, Decoder
+from tether.events.messages import (
     DeadLetter,
     ErrorReply,
     ListSessions,
@@ -37,8 +39,6 @@ from events.messages import (
     ToolProposal,
     Verdict,
 )
-from tests.conftest import ChannelWatcher
-from tests.helpers import say
 
 SCRIPT = """
 responses:

@@ -12,8 +12,8 @@ from typing import Any
 
 import nats
 
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
 
 SCRIPT = """
 responses:

@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-from actors.middleware import MiddlewareSettings
-from adapters.anthropic_provider import AnthropicProvider
-from adapters.config import Settings
-from adapters.engine_lock import EngineRunning
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
-from adapters.http_api import HttpApi
-from projections.prometheus import MetricsCollector, registry_with
 from tests.helpers import wait_until
+from tether.actors.middleware import MiddlewareSettings
+from tether.adapters.anthropic_provider import AnthropicProvider
+from tether.adapters.config import Settings
+from tether.adapters.engine_lock import EngineRunning
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
+from tether.adapters.http_api import HttpApi
+from tether.projections.prometheus import MetricsCollector, registry_with
 
 TOKEN = "t0ken-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.runtime import Tick, ask
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
-from events.messages import Killed, KillSession
 from tests.conftest import Engine
 from tests.helpers import say, wait_until
+from tether.actors.runtime import Tick, ask
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
+from tether.events.messages import Killed, KillSession
 
 LONG_TEXT = "This is a very long story that keeps going and going. " * 20
 

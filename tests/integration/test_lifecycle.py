@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from actors.ports import ManualClock
-from actors.runtime import RemoteError, Tick, ask
-from adapters.host import Host
-from events.messages import Accepted, Killed, KillSession, UserMessage
 from tests.conftest import Engine
 from tests.helpers import say, tether_cli, wait_until
+from tether.actors.ports import ManualClock
+from tether.actors.runtime import RemoteError, Tick, ask
+from tether.adapters.host import Host
+from tether.events.messages import Accepted, Killed, KillSession, UserMessage
 
 CHAT = """
 on_exhausted: reply
@@ -210,8 +210,8 @@ def test_a_fork_copies_the_history_and_rule_log_up_to_an_event(
     engine: Callable[..., Engine],
     watch_channel: Callable[..., Any],
 ) -> None:
-    from events.messages import ForkSession
-    from events.ttsr import RuleLog
+    from tether.events.messages import ForkSession
+    from tether.events.ttsr import RuleLog
 
     host, _, llm = engine()
     channel = watch_channel(host, "test")

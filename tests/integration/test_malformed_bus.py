@@ -36,14 +36,15 @@ from urllib.parse import urlsplit
 import nats
 import pytest
 
-from actors.gatekeeper.deny_lists import action_hash
-from actors.ports import BusError
-from actors.runtime import ask
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
-from adapters.nats_auth import engine_auth, read_credentials
-from events.codec import DecodeFailure, Decoder, encode
-from events.messages import (
+from tests.helpers import say
+from tether.actors.gatekeeper.deny_lists import action_hash
+from tether.actors.ports import BusError
+from tether.actors.runtime import ask
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
+from tether.adapters.nats_auth import engine_auth, read_credentials
+from tether.events.codec import DecodeFailure, Decoder, encode
+from tether.events.messages import (
     BarrierCheck,
     BarrierResult,
     CancelInteractions,
@@ -66,7 +67,6 @@ from events.messages import (
     Watching,
     WatchSession,
 )
-from tests.helpers import say
 
 SCRIPT = """
 responses:

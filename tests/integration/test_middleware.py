@@ -8,17 +8,17 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.middleware import MiddlewareSettings
-from actors.ports import ManualClock
-from actors.runtime import RemoteError, ask
-from adapters.anthropic_provider import AnthropicProvider
-from adapters.config import Settings
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
-from adapters.store import open_view
-from events.messages import Accepted, UserMessage
-from projections.audit_index import AuditIndex
-from projections.follower import Follower
+from tether.actors.middleware import MiddlewareSettings
+from tether.actors.ports import ManualClock
+from tether.actors.runtime import RemoteError, ask
+from tether.adapters.anthropic_provider import AnthropicProvider
+from tether.adapters.config import Settings
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
+from tether.adapters.store import open_view
+from tether.events.messages import Accepted, UserMessage
+from tether.projections.audit_index import AuditIndex
+from tether.projections.follower import Follower
 
 
 def test_refusals_reach_the_sender_and_the_audit_trail(
@@ -70,7 +70,7 @@ def test_refusals_reach_the_sender_and_the_audit_trail(
 
 
 def test_middleware_settings_load_from_toml(tmp_path: Any) -> None:
-    from adapters.config import load_settings
+    from tether.adapters.config import load_settings
 
     (tmp_path / "tether.toml").write_text(
         '[middleware]\nrate_per_minute = 12\nburst = 3\n[middleware.allow]\ntelegram = ["1"]\n')

@@ -6,10 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from actors.middleware import MiddlewareSettings
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
 from tests.helpers import say
+from tether.actors.middleware import MiddlewareSettings
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
 
 POLICY = """
 version: 1

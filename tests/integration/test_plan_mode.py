@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from actors.ports import SequentialIds
-from adapters.host import Host
-from events.messages import ToolResultBlock
 from tests.conftest import Engine
 from tests.helpers import say
+from tether.actors.ports import SequentialIds
+from tether.adapters.host import Host
+from tether.events.messages import ToolResultBlock
 
 SID = "s1"
 LONG_PLAN = "1. write hello.txt with a friendly greeting\\n2. read it back to check it"
@@ -172,8 +172,8 @@ def test_a_kill_cancels_a_pending_plan_review(
     engine: Callable[..., Engine], workspace: Path,
     watch_channel: Callable[..., Any],
 ) -> None:
-    from actors.runtime import ask
-    from events.messages import Killed, KillSession
+    from tether.actors.runtime import ask
+    from tether.events.messages import Killed, KillSession
 
     host, _, _ = engine(planning_script(workspace, ""), mode="plan")
     channel = watch_channel(host, "test")
@@ -194,7 +194,7 @@ def test_the_terminal_reviews_the_plan_and_follows_the_implementation(
     back with "/proceed" as the feedback)."""
     import io
 
-    from adapters.terminal import TerminalConnector
+    from tether.adapters.terminal import TerminalConnector
 
     host, _, _ = engine(planning_script(workspace, IMPLEMENT.format(workspace=workspace)),
                      mode="plan")

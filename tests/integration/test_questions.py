@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.chat.interactions import Tick
-from actors.ports import ManualClock
-from adapters.anthropic_provider import AnthropicProvider
-from adapters.config import Settings
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
-from events.interactions import Interaction
-from events.messages import ToolResultBlock
 from tests.helpers import say
+from tether.actors.chat.interactions import Tick
+from tether.actors.ports import ManualClock
+from tether.adapters.anthropic_provider import AnthropicProvider
+from tether.adapters.config import Settings
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
+from tether.events.interactions import Interaction
+from tether.events.messages import ToolResultBlock
 
 SCRIPT = """
 responses:
@@ -51,7 +51,7 @@ def interactions(host: Host) -> list[Interaction]:
     """Every stored Interaction, oldest first (read back through the store)."""
     found: dict[Any, Interaction] = {}
     for item in host.app.recorder.select_notifications(start=1, limit=10_000):
-        if item.topic.startswith("events.interactions:Interaction"):
+        if item.topic.startswith(f"{Interaction.__module__}:Interaction"):
             loaded = host.app.repository.get(item.originator_id)
             found.setdefault(item.originator_id, loaded)
     return list(found.values())
@@ -146,7 +146,7 @@ def test_the_terminal_asks_the_person_and_sends_the_answer(
 ) -> None:
     import io
 
-    from adapters.terminal import TerminalConnector
+    from tether.adapters.terminal import TerminalConnector
 
     host, _ = start(make_settings, fake_llm)
     try:

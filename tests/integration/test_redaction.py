@@ -6,10 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from actors.runtime import ask
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
-from events.messages import Accepted, TextBlock, ToolResultBlock, UserMessage
+from tether.actors.runtime import ask
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
+from tether.events.messages import Accepted, TextBlock, ToolResultBlock, UserMessage
 
 KEY = "sk-ant-api03-" + "Q" * 40
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from actors.ports import BusError, RequestTimeout
-from actors.runtime import ActorSystem, Binding, RemoteError, TetherActor, ask
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
-from events.codec import Decoder, encode
-from events.messages import (
+from tether.actors.ports import BusError, RequestTimeout
+from tether.actors.runtime import ActorSystem, Binding, RemoteError, TetherActor, ask
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
+from tether.events.codec import Decoder, encode
+from tether.events.messages import (
     Accepted,
     DeadLetter,
     ErrorReply,

@@ -8,13 +8,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from actors.chat.router import RouterSettings
-from actors.runtime import Tick, ask
-from adapters.host import Host
-from events.deliveries import Deliveries, deliveries_uuid
-from events.messages import Accepted, UserMessage, Watching, WatchSession
 from tests.conftest import Engine
 from tests.helpers import say, wait_until
+from tether.actors.chat.router import RouterSettings
+from tether.actors.runtime import Tick, ask
+from tether.adapters.host import Host
+from tether.events.deliveries import Deliveries, deliveries_uuid
+from tether.events.messages import Accepted, UserMessage, Watching, WatchSession
 
 
 def watch(host: Host, sid: str, channel: str, foreground: bool = True) -> Watching:
@@ -180,8 +180,8 @@ def test_a_long_turn_gets_one_reminder(
 def test_a_restart_in_a_burst_loses_nothing_and_sends_nothing_twice(
     engine: Callable[..., Engine], nats_url: str,
 ) -> None:
-    from adapters.nats_bus import NatsBus
     from tests.conftest import ChannelWatcher
+    from tether.adapters.nats_bus import NatsBus
 
     calls = "\n".join(
         "      - tool_use: {name: list_dir, input: {path: \".\"}}" for _ in range(12))
@@ -241,7 +241,7 @@ def test_an_outbox_made_over_an_older_log_does_not_replay_it(
 ) -> None:
     import os
 
-    from adapters.store import store_env
+    from tether.adapters.store import store_env
 
     host, _, _ = engine()
     test = watch_channel(host, "test")

@@ -19,19 +19,19 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.runtime import ask
-from adapters.anthropic_provider import AnthropicProvider
-from adapters.config import Settings
-from adapters.fake_llm import FakeLLM, parse_script
-from adapters.host import Host
-from adapters.nats_bus import NatsBus
-from adapters.nats_server import EmbeddedNats
-from events.messages import Accepted, ToolResultBlock, UserMessage
-from events.sandbox import SandboxLimits
-from events.subjects import Subjects
 from tests.conftest import ChannelWatcher
 from tests.helpers import need_sandbox, say
 from tests.integration.test_serve_restart import TETHER, Serve
+from tether.actors.runtime import ask
+from tether.adapters.anthropic_provider import AnthropicProvider
+from tether.adapters.config import Settings
+from tether.adapters.fake_llm import FakeLLM, parse_script
+from tether.adapters.host import Host
+from tether.adapters.nats_bus import NatsBus
+from tether.adapters.nats_server import EmbeddedNats
+from tether.events.messages import Accepted, ToolResultBlock, UserMessage
+from tether.events.sandbox import SandboxLimits
+from tether.events.subjects import Subjects
 
 
 @pytest.fixture(autouse=True)

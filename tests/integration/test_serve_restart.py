@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from actors.runtime import ask
-from adapters.fake_llm import FakeLLM, parse_script
-from adapters.nats_bus import NatsBus
-from adapters.nats_server import EmbeddedNats
-from events.messages import Accepted, UserMessage
-from events.subjects import Subjects
 from tests.conftest import ChannelWatcher
 from tests.helpers import TETHER, Serve
+from tether.actors.runtime import ask
+from tether.adapters.fake_llm import FakeLLM, parse_script
+from tether.adapters.nats_bus import NatsBus
+from tether.adapters.nats_server import EmbeddedNats
+from tether.events.messages import Accepted, UserMessage
+from tether.events.subjects import Subjects
 
 SCRIPT = """
 responses:

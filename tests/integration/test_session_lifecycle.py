@@ -11,11 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from actors.runtime import ask
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
-from events.messages import Killed, KillSession, ToolResultBlock
 from tests.helpers import say
+from tether.actors.runtime import ask
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
+from tether.events.messages import Killed, KillSession, ToolResultBlock
 
 SCRIPT = """
 responses:
@@ -95,7 +95,7 @@ def test_a_stored_queued_message_is_taken_up_when_the_session_starts(
     fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host],
     watch_channel: Callable[..., Any], workspace: Path,
 ) -> None:
-    from events.session import Session
+    from tether.events.session import Session
 
     host = make_host(fake_llm(SCRIPT))
     # As a process would leave it had it died between storing and starting a turn.

@@ -15,24 +15,24 @@ from typing import Any
 
 import pytest
 
-from actors.chat.stream import CURSOR, final_messages
-from actors.middleware import MiddlewareSettings
-from actors.ports import ManualClock
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
-from adapters.nats_bus import NatsBus
-from adapters.telegram import (
+from tests.helpers import wait_until
+from tests.telegram_standin import TelegramStandIn
+from tether.actors.chat.stream import CURSOR, final_messages
+from tether.actors.middleware import MiddlewareSettings
+from tether.actors.ports import ManualClock
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
+from tether.adapters.nats_bus import NatsBus
+from tether.adapters.telegram import (
     TelegramConnector,
     allowlist_problem,
     channel_for,
     chat_for,
     parse_chat,
 )
-from events.codec import encode
-from events.messages import ChannelMessage, NoticeKind, ToolResultBlock
-from events.subjects import Subjects
-from tests.helpers import wait_until
-from tests.telegram_standin import TelegramStandIn
+from tether.events.codec import encode
+from tether.events.messages import ChannelMessage, NoticeKind, ToolResultBlock
+from tether.events.subjects import Subjects
 
 ANA = 111
 """A user on the allowlist (her private chat has the same id)."""

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.gatekeeper.tier2 import Tier2Settings
-from actors.ports import SequentialIds
-from adapters.anthropic_provider import AnthropicProvider
-from adapters.config import Settings
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
-from events.messages import ToolResultBlock
 from tests.helpers import say
+from tether.actors.gatekeeper.tier2 import Tier2Settings
+from tether.actors.ports import SequentialIds
+from tether.adapters.anthropic_provider import AnthropicProvider
+from tether.adapters.config import Settings
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
+from tether.events.messages import ToolResultBlock
 
 CALL = '{name: run_shell, input: {command: "curl -s http://127.0.0.1:1/ || true"}}'
 SCRIPT = f"""

@@ -15,15 +15,15 @@ from typing import Any
 
 import msgspec
 
-from actors.ttsr.policy import TtsrSettings
-from actors.ttsr.rules import load_rules
-from actors.ttsr.whatif import what_if
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
-from events.messages import TextBlock, ToolUseBlock
-from events.session import Session
-from events.ttsr import RuleLog
 from tests.helpers import say, tether_cli
+from tether.actors.ttsr.policy import TtsrSettings
+from tether.actors.ttsr.rules import load_rules
+from tether.actors.ttsr.whatif import what_if
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
+from tether.events.messages import TextBlock, ToolUseBlock
+from tether.events.session import Session
+from tether.events.ttsr import RuleLog
 
 
 def rule(folder: Path, name: str, trigger: str, body: str = "Follow the rule.", **extra: Any
@@ -365,8 +365,8 @@ def test_an_interrupt_is_applied_once_and_a_message_mid_retry_waits(
     tmp_path: Path, fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host],
     watch_channel: Callable[..., Any],
 ) -> None:
-    from events.codec import Decoder, encode
-    from events.messages import Interrupt, StreamDelta
+    from tether.events.codec import Decoder, encode
+    from tether.events.messages import Interrupt, StreamDelta
 
     rule(tmp_path / "rules", "no-todo", "TODO", "No TODOs.")
     script = """
@@ -413,8 +413,8 @@ def test_a_fork_at_a_node_keeps_only_the_rules_that_fired_before_it(
     tmp_path: Path, fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host],
     watch_channel: Callable[..., Any],
 ) -> None:
-    from actors.runtime import ask
-    from events.messages import Accepted, ForkSession, TreeQuery, TreeView
+    from tether.actors.runtime import ask
+    from tether.events.messages import Accepted, ForkSession, TreeQuery, TreeView
 
     rule(tmp_path / "rules", "no-todo", "TODO", "Finish the work.")
     script = """
@@ -461,9 +461,9 @@ def test_a_completion_a_rule_drops_is_recorded_and_the_next_one_is_clean(
 ) -> None:
     """With several completions, one that breaks a rule is dropped (AlternativeDropped)
     and the next is a generation of its own: nothing of the dropped stream reaches it."""
-    from actors.runtime import ask
-    from events.codec import Decoder
-    from events.messages import (
+    from tether.actors.runtime import ask
+    from tether.events.codec import Decoder
+    from tether.events.messages import (
         Accepted,
         Branched,
         BranchTo,

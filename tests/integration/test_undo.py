@@ -12,12 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from actors.runtime import ask
-from adapters.fake_llm import FakeLLM
-from adapters.host import Host
-from events.inbox import RefusedMessage
-from events.messages import Accepted, UserMessage
-from events.session import Session
+from tether.actors.runtime import ask
+from tether.adapters.fake_llm import FakeLLM
+from tether.adapters.host import Host
+from tether.events.inbox import RefusedMessage
+from tether.events.messages import Accepted, UserMessage
+from tether.events.session import Session
 
 SCRIPT = """
 responses:
@@ -42,7 +42,7 @@ def undoer(host: Host, workspace: Path) -> Callable[..., subprocess.CompletedPro
            "TETHER_DATABASE_URL": host.settings.database_url}
 
     def undo(sid: str, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "adapters.cli", "undo", sid, *args],
+        return subprocess.run([sys.executable, "-m", "tether.adapters.cli", "undo", sid, *args],
                               env=env, capture_output=True, text=True, timeout=60)
 
     return undo

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from adapters.config import Settings
-from adapters.store import open_application, open_view
-from events.application import TetherApplication
-from events.session import Session
-from projections.audit_index import AuditIndex
-from projections.follower import Follower
+from tether.adapters.config import Settings
+from tether.adapters.store import open_application, open_view
+from tether.events.application import TetherApplication
+from tether.events.session import Session
+from tether.projections.audit_index import AuditIndex
+from tether.projections.follower import Follower
 
 
 @pytest.fixture

@@ -14,16 +14,16 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as text_families
 
-from adapters.config import Settings
-from adapters.store import open_application, open_view
-from events.application import TetherApplication
-from events.decisions import ToolDecision
-from events.lifecycle import STATUSES
-from events.messages import TextBlock, Usage
-from events.session import Session, Turn
-from events.ttsr import RuleLog
-from projections.follower import Follower
-from projections.metrics import (
+from tether.adapters.config import Settings
+from tether.adapters.store import open_application, open_view
+from tether.events.application import TetherApplication
+from tether.events.decisions import ToolDecision
+from tether.events.lifecycle import STATUSES
+from tether.events.messages import TextBlock, Usage
+from tether.events.session import Session, Turn
+from tether.events.ttsr import RuleLog
+from tether.projections.follower import Follower
+from tether.projections.metrics import (
     DURATION_BUCKETS,
     OTHER,
     Metrics,
@@ -39,7 +39,7 @@ from projections.metrics import (
     utc_day,
     verdict_moves,
 )
-from projections.prometheus import MetricsCollector, exposition, registry_with
+from tether.projections.prometheus import MetricsCollector, exposition, registry_with
 
 PROMPT = ("Please fix the login form: the submit button does nothing on Safari, and the "
           "error message overlaps the password field when it is shown")

@@ -7,9 +7,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from events.messages import TextBlock, ToolUseBlock, Usage
-from events.session import Session
-from projections.notices import ARG_PREVIEW, ENDINGS, Planned, notice_for, plan_notices
+from tether.events.messages import TextBlock, ToolUseBlock, Usage
+from tether.events.session import Session
+from tether.projections.notices import ARG_PREVIEW, ENDINGS, Planned, notice_for, plan_notices
 
 ENVELOPE = ("originator_id", "originator_version", "timestamp", "originator_topic")
 

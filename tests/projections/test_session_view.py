@@ -8,15 +8,15 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from adapters.config import Settings
-from adapters.store import open_application, store_env
-from events.application import TetherApplication
-from events.decisions import ToolDecision
-from events.messages import SessionSummary, TextBlock, Usage
-from events.session import Session
-from events.ttsr import RuleLog
-from projections.follower import Follower
-from projections.session_view import SessionView
+from tether.adapters.config import Settings
+from tether.adapters.store import open_application, store_env
+from tether.events.application import TetherApplication
+from tether.events.decisions import ToolDecision
+from tether.events.messages import SessionSummary, TextBlock, Usage
+from tether.events.session import Session
+from tether.events.ttsr import RuleLog
+from tether.projections.follower import Follower
+from tether.projections.session_view import SessionView
 
 
 @pytest.fixture

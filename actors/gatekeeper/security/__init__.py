@@ -19,7 +19,7 @@ Tiers 2 (LLM evaluator) and 3 (human approval) live elsewhere; an ``escalate`` e
 names the tier that must decide.
 """
 
-from actors.gatekeeper.security.action import (
+from tether.actors.gatekeeper.security.action import (
     ActionRequest,
     EnrichedAction,
     PathRef,
@@ -27,9 +27,14 @@ from actors.gatekeeper.security.action import (
     action_hash,
     enrich,
 )
-from actors.gatekeeper.security.heuristics import Finding, scan
-from actors.gatekeeper.security.pipeline import Evaluation, PipelineConfig, StageResult, evaluate
-from actors.gatekeeper.security.policy import (
+from tether.actors.gatekeeper.security.heuristics import Finding, scan
+from tether.actors.gatekeeper.security.pipeline import (
+    Evaluation,
+    PipelineConfig,
+    StageResult,
+    evaluate,
+)
+from tether.actors.gatekeeper.security.policy import (
     DEFAULT_POLICY_YAML,
     Policy,
     PolicyError,
@@ -38,7 +43,7 @@ from actors.gatekeeper.security.policy import (
     load_policy,
     parse_policy,
 )
-from actors.gatekeeper.security.protection import (
+from tether.actors.gatekeeper.security.protection import (
     ProtectionConfig,
     ProtectionResult,
     check_protection,

@@ -16,10 +16,16 @@ from typing import Any, Literal, NamedTuple
 
 import msgspec
 
-from actors.gatekeeper.deny_lists import action_hash as _gatekeeper_action_hash
-from actors.gatekeeper.security.globs import expand_braces, has_glob
-from actors.gatekeeper.security.shell import ShellCommand, Target, hosts_in, is_dynamic, parse_shell
-from actors.paths import inside
+from tether.actors.gatekeeper.deny_lists import action_hash as _gatekeeper_action_hash
+from tether.actors.gatekeeper.security.globs import expand_braces, has_glob
+from tether.actors.gatekeeper.security.shell import (
+    ShellCommand,
+    Target,
+    hosts_in,
+    is_dynamic,
+    parse_shell,
+)
+from tether.actors.paths import inside
 
 ActionClass = Literal["read", "write", "delete", "execute", "network"]
 Access = Literal["read", "write", "delete"]

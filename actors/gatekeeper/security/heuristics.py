@@ -41,8 +41,8 @@ from typing import Literal
 
 import msgspec
 
-from actors.gatekeeper.security.action import EnrichedAction, PathRef
-from actors.gatekeeper.security.shell import INTERPRETERS, SHELLS, ShellCommand
+from tether.actors.gatekeeper.security.action import EnrichedAction, PathRef
+from tether.actors.gatekeeper.security.shell import INTERPRETERS, SHELLS, ShellCommand
 
 __all__ = ["Finding", "scan"]
 

@@ -27,10 +27,15 @@ from typing import Literal
 
 import msgspec
 
-from actors.gatekeeper.security.action import ActionRequest, EnrichedAction, ReadOnlyTools, enrich
-from actors.gatekeeper.security.heuristics import Finding, scan
-from actors.gatekeeper.security.policy import Policy, PolicyDecision, default_policy
-from actors.gatekeeper.security.protection import (
+from tether.actors.gatekeeper.security.action import (
+    ActionRequest,
+    EnrichedAction,
+    ReadOnlyTools,
+    enrich,
+)
+from tether.actors.gatekeeper.security.heuristics import Finding, scan
+from tether.actors.gatekeeper.security.policy import Policy, PolicyDecision, default_policy
+from tether.actors.gatekeeper.security.protection import (
     ProtectionConfig,
     ProtectionResult,
     check_protection,

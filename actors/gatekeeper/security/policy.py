@@ -56,8 +56,8 @@ import msgspec
 import msgspec.yaml
 import yaml
 
-from actors.gatekeeper.security.action import ACTION_CLASSES, EnrichedAction, PathRef
-from actors.gatekeeper.security.globs import glob_match
+from tether.actors.gatekeeper.security.action import ACTION_CLASSES, EnrichedAction, PathRef
+from tether.actors.gatekeeper.security.globs import glob_match
 
 Verdict = Literal["allow", "deny", "escalate"]
 

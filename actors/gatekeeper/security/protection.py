@@ -37,8 +37,13 @@ from typing import Literal
 
 import msgspec
 
-from actors.gatekeeper.security.action import EnrichedAction, PathRef
-from actors.gatekeeper.security.globs import expand_braces, glob_match, has_glob, literal_prefix
+from tether.actors.gatekeeper.security.action import EnrichedAction, PathRef
+from tether.actors.gatekeeper.security.globs import (
+    expand_braces,
+    glob_match,
+    has_glob,
+    literal_prefix,
+)
 
 #: Identity and guardrail files: never written, never deleted (seed: IDENTITY.md, SOUL.md).
 DEFAULT_IDENTITY_FILES: tuple[str, ...] = ("SOUL.md", "IDENTITY.md", "GUARDRAILS.md")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from actors.gatekeeper.security import ActionRequest, Evaluation, PipelineConfig, evaluate
+from tether.actors.gatekeeper.security import ActionRequest, Evaluation, PipelineConfig, evaluate
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from actors.gatekeeper.deny_lists import action_hash as gatekeeper_hash
-from actors.gatekeeper.security import ActionRequest, action_hash, enrich
 from tests.actors.security.conftest import T0, Env
+from tether.actors.gatekeeper.deny_lists import action_hash as gatekeeper_hash
+from tether.actors.gatekeeper.security import ActionRequest, action_hash, enrich
 
 
 def test_hash_equals_the_gatekeeper_hash_and_ignores_key_order() -> None:

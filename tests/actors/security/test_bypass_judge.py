@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.gatekeeper.actor import Judgement, judge
-from actors.gatekeeper.deny_lists import DenyLists, action_hash
-from actors.gatekeeper.security import PipelineConfig
-from events.messages import ToolProposal
+from tether.actors.gatekeeper.actor import Judgement, judge
+from tether.actors.gatekeeper.deny_lists import DenyLists, action_hash
+from tether.actors.gatekeeper.security import PipelineConfig
+from tether.events.messages import ToolProposal
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from actors.gatekeeper.security import ActionRequest, enrich, scan
 from tests.actors.security.conftest import T0, Env
+from tether.actors.gatekeeper.security import ActionRequest, enrich, scan
 
 
 def _names(env: Env, command: str) -> dict[str, str]:

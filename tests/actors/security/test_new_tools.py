@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from actors.gatekeeper.security import parse_policy
-from actors.gatekeeper.security.action import TOOL_SPECS
-from actors.modes import plan_mode_refusal
-from adapters.tools import TOOL_GROUPS, BuiltinTools
 from tests.actors.security.conftest import Env
+from tether.actors.gatekeeper.security import parse_policy
+from tether.actors.gatekeeper.security.action import TOOL_SPECS
+from tether.actors.modes import plan_mode_refusal
+from tether.adapters.tools import TOOL_GROUPS, BuiltinTools
 
 
 def test_every_builtin_tool_is_modelled() -> None:
@@ -176,7 +176,7 @@ def test_current_date_touches_nothing_and_is_allowed(env: Env) -> None:
 
 
 def test_edit_file_content_is_checked_by_the_tier1_heuristics(tmp_path: Path) -> None:
-    from actors.gatekeeper.security import ActionRequest, evaluate
+    from tether.actors.gatekeeper.security import ActionRequest, evaluate
 
     (tmp_path / "run.sh").write_text("echo hi\n")
     request = ActionRequest(id="c1", type="edit_file", payload={

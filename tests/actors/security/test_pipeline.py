@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from actors.gatekeeper.security import PipelineConfig, ProtectionConfig, parse_policy
 from tests.actors.security.conftest import Env
+from tether.actors.gatekeeper.security import PipelineConfig, ProtectionConfig, parse_policy
 
 ALLOW_ALL_WRITES = parse_policy("rules:\n  - tool: write_file\n    verdict: allow\n")
 
@@ -110,7 +110,7 @@ def test_configured_protected_names(env: Env) -> None:
 def test_evaluation_carries_the_hash_and_request(env: Env) -> None:
     payload = {"path": "a.txt", "content": "x"}
     result = env.run("write_file", payload)
-    from actors.gatekeeper.deny_lists import action_hash
+    from tether.actors.gatekeeper.deny_lists import action_hash
 
     assert result.action_hash == action_hash("write_file", payload)
     assert result.request_id == "req-1"

@@ -6,9 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from actors.gatekeeper.security import ActionRequest, PolicyError, enrich, load_policy, parse_policy
-from actors.gatekeeper.security.policy import DEFAULT_POLICY_YAML, default_policy
 from tests.actors.security.conftest import T0, Env
+from tether.actors.gatekeeper.security import (
+    ActionRequest,
+    PolicyError,
+    enrich,
+    load_policy,
+    parse_policy,
+)
+from tether.actors.gatekeeper.security.policy import DEFAULT_POLICY_YAML, default_policy
 
 
 def _action(env: Env, tool: str, payload: dict[str, object]):  # type: ignore[no-untyped-def]

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from actors.gatekeeper.security import ActionRequest, enrich, parse_policy
-from actors.gatekeeper.security.protection import UNREADABLE_MIN_TIER
-from actors.gatekeeper.security.shell import LexError, ShellParse, lex, parse_shell
-from actors.gatekeeper.security.shell.model import getopt
 from tests.actors.security.conftest import T0, Env
+from tether.actors.gatekeeper.security import ActionRequest, enrich, parse_policy
+from tether.actors.gatekeeper.security.protection import UNREADABLE_MIN_TIER
+from tether.actors.gatekeeper.security.shell import LexError, ShellParse, lex, parse_shell
+from tether.actors.gatekeeper.security.shell.model import getopt
 
 
 def _parse(env: Env, command: str) -> ShellParse:

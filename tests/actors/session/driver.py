@@ -11,13 +11,13 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.gatekeeper.deny_lists import action_hash
-from actors.model.prompt import WorkspaceTexts
-from actors.model.redact import Redactor
-from actors.ports import MessageDone, TextDelta, ToolUseStart
-from actors.runtime import AskResult
-from actors.session import Env, Outcome, Phase, SessionConfig, State, decide
-from actors.session.effects import (
+from tether.actors.gatekeeper.deny_lists import action_hash
+from tether.actors.model.prompt import WorkspaceTexts
+from tether.actors.model.redact import Redactor
+from tether.actors.ports import MessageDone, TextDelta, ToolUseStart
+from tether.actors.runtime import AskResult
+from tether.actors.session import Env, Outcome, Phase, SessionConfig, State, decide
+from tether.actors.session.effects import (
     Ask,
     CallModel,
     Continue,
@@ -28,10 +28,10 @@ from actors.session.effects import (
     RunTool,
     Send,
 )
-from actors.session.inputs import Continued, ModelDelta, PlanRead, WorkspaceRead
-from adapters.tools import BuiltinTools
-from events.forest import Forest
-from events.messages import (
+from tether.actors.session.inputs import Continued, ModelDelta, PlanRead, WorkspaceRead
+from tether.adapters.tools import BuiltinTools
+from tether.events.forest import Forest
+from tether.events.messages import (
     BarrierResult,
     ContentBlock,
     TextBlock,
@@ -40,8 +40,8 @@ from events.messages import (
     UserMessage,
     Verdict,
 )
-from events.session import Session
-from events.subjects import Subjects
+from tether.events.session import Session
+from tether.events.subjects import Subjects
 
 SID = "s1"
 OWNER = "alice"

@@ -11,13 +11,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors.ports import ToolOutput
-from actors.session import SessionConfig
-from actors.session.effects import Ask, Reply, Send
-from actors.session.inputs import SessionTick, ToolFinished
-from events.application import TetherApplication
-from events.messages import InteractionSettled, KillSession, ToolUseBlock
 from tests.actors.session.driver import SID, Core, eager, read_call
+from tether.actors.ports import ToolOutput
+from tether.actors.session import SessionConfig
+from tether.actors.session.effects import Ask, Reply, Send
+from tether.actors.session.inputs import SessionTick, ToolFinished
+from tether.events.application import TetherApplication
+from tether.events.messages import InteractionSettled, KillSession, ToolUseBlock
 
 _guard = threading.local()
 

@@ -7,9 +7,10 @@ import dataclasses
 
 import pytest
 
-from actors.ports import Snapshot, ToolOutput
-from actors.session import Phase, SessionConfig, decide
-from actors.session.effects import (
+from tests.actors.session.driver import SID, Core, Fed, approved_run, eager, read_call, runs
+from tether.actors.ports import Snapshot, ToolOutput
+from tether.actors.session import Phase, SessionConfig, decide
+from tether.actors.session.effects import (
     AskTitle,
     CallModel,
     CancelModel,
@@ -18,7 +19,7 @@ from actors.session.effects import (
     StopTool,
     WriteMemory,
 )
-from actors.session.inputs import (
+from tether.actors.session.inputs import (
     CompactionDone,
     Continued,
     MemoryWritten,
@@ -26,7 +27,7 @@ from actors.session.inputs import (
     TitleDone,
     ToolFinished,
 )
-from events.messages import (
+from tether.events.messages import (
     GenerationError,
     InteractionSettled,
     Killed,
@@ -35,8 +36,7 @@ from events.messages import (
     ToolUseBlock,
     Usage,
 )
-from events.session import Session
-from tests.actors.session.driver import SID, Core, Fed, approved_run, eager, read_call, runs
+from tether.events.session import Session
 
 
 def test_a_kill_mid_call_stops_its_processes_and_answers_the_call() -> None:

@@ -3,11 +3,12 @@ that tell them, and the tree they leave."""
 
 from __future__ import annotations
 
-from actors.ports import ToolOutput
-from actors.session import Phase
-from actors.session.effects import CallModel, RunTool
-from actors.session.inputs import ToolFinished
-from events.messages import (
+from tests.actors.session.driver import SID, Core, Fed, eager
+from tether.actors.ports import ToolOutput
+from tether.actors.session import Phase
+from tether.actors.session.effects import CallModel, RunTool
+from tether.actors.session.inputs import ToolFinished
+from tether.events.messages import (
     Generate,
     GenerationDone,
     GenerationError,
@@ -19,8 +20,7 @@ from events.messages import (
     TreeQuery,
     TreeView,
 )
-from events.session import Session
-from tests.actors.session.driver import SID, Core, Fed, eager
+from tether.events.session import Session
 
 
 def list_dir(call_id: str) -> ToolUseBlock:

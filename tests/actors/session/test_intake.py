@@ -3,11 +3,12 @@ stored as messages, never sent to the model), and requests to generate."""
 
 from __future__ import annotations
 
-from actors.session import Phase, SessionConfig
-from actors.session.effects import CallModel, ResolveDir
-from actors.session.inputs import DirResolved
-from events.inbox import RefusedMessage
-from events.messages import (
+from tests.actors.session.driver import SID, Core, calls_model
+from tether.actors.session import Phase, SessionConfig
+from tether.actors.session.effects import CallModel, ResolveDir
+from tether.actors.session.inputs import DirResolved
+from tether.events.inbox import RefusedMessage
+from tether.events.messages import (
     Accepted,
     ChannelMessage,
     ErrorReply,
@@ -15,8 +16,7 @@ from events.messages import (
     GenerationDone,
     TextBlock,
 )
-from events.session import Session
-from tests.actors.session.driver import SID, Core, calls_model
+from tether.events.session import Session
 
 
 def status(fed: object) -> list[str]:

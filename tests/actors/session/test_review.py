@@ -3,12 +3,13 @@ the plan review with its answers (seed 000)."""
 
 from __future__ import annotations
 
-from actors.modes import plan_file_for
-from actors.ports import ToolOutput
-from actors.session import Phase, SessionConfig
-from actors.session.effects import CallModel, ReadPlan, RunTool
-from actors.session.inputs import ToolFinished
-from events.messages import (
+from tests.actors.session.driver import SID, Core, eager
+from tether.actors.modes import plan_file_for
+from tether.actors.ports import ToolOutput
+from tether.actors.session import Phase, SessionConfig
+from tether.actors.session.effects import CallModel, ReadPlan, RunTool
+from tether.actors.session.inputs import ToolFinished
+from tether.events.messages import (
     CancelInteractions,
     ChannelMessage,
     InteractionSettled,
@@ -19,8 +20,7 @@ from events.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from events.session import Session
-from tests.actors.session.driver import SID, Core, eager
+from tether.events.session import Session
 
 PLAN = "1. Read the parser.\n2. Split the lexer out of it.\n3. Run the tests after each step."
 

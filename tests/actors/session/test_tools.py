@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import math
 
-from actors.ports import ToolOutput
-from actors.runtime import AskResult
-from actors.session import Phase
-from actors.session.effects import CallModel, RunTool
-from actors.session.inputs import ToolFinished
-from events.messages import (
+from tests.actors.session.driver import Core, approved_run, calls_model, eager, read_call, runs
+from tether.actors.ports import ToolOutput
+from tether.actors.runtime import AskResult
+from tether.actors.session import Phase
+from tether.actors.session.effects import CallModel, RunTool
+from tether.actors.session.inputs import ToolFinished
+from tether.events.messages import (
     ApprovalRequest,
     InteractionSettled,
     ToolProposal,
     ToolResultBlock,
     ToolUseBlock,
 )
-from events.session import Session
-from tests.actors.session.driver import Core, approved_run, calls_model, eager, read_call, runs
+from tether.events.session import Session
 
 
 def results(core: Core) -> list[ToolResultBlock]:

@@ -3,9 +3,10 @@ the user's moves and edits (between turns only)."""
 
 from __future__ import annotations
 
-from actors.session import Phase
-from actors.session.effects import CallModel, RestoreFiles
-from events.messages import (
+from tests.actors.session.driver import SID, Core
+from tether.actors.session import Phase
+from tether.actors.session.effects import CallModel, RestoreFiles
+from tether.events.messages import (
     BookmarkNode,
     Branched,
     BranchTo,
@@ -20,8 +21,7 @@ from events.messages import (
     TreeView,
     UndoFiles,
 )
-from events.session import Session
-from tests.actors.session.driver import SID, Core
+from tether.events.session import Session
 
 
 def two_turns() -> Core:

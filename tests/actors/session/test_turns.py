@@ -3,13 +3,14 @@ waits its turn, the reply is stored only once the rule monitor vouched for it.""
 
 from __future__ import annotations
 
-from actors.model.prompt import WorkspaceTexts
-from actors.ports import TextDelta
-from actors.runtime import AskResult
-from actors.session import Phase, SessionConfig
-from actors.session.effects import CallModel, CancelModel, ReadWorkspace
-from actors.session.inputs import ModelDelta
-from events.messages import (
+from tests.actors.session.driver import Core, calls_model
+from tether.actors.model.prompt import WorkspaceTexts
+from tether.actors.ports import TextDelta
+from tether.actors.runtime import AskResult
+from tether.actors.session import Phase, SessionConfig
+from tether.actors.session.effects import CallModel, CancelModel, ReadWorkspace
+from tether.actors.session.inputs import ModelDelta
+from tether.events.messages import (
     Accepted,
     GenerationDone,
     GenerationError,
@@ -18,7 +19,6 @@ from events.messages import (
     StreamDelta,
     TextBlock,
 )
-from tests.actors.session.driver import Core, calls_model
 
 
 def test_a_message_is_stored_then_the_workspace_read_then_the_model_called() -> None:
@@ -121,7 +121,7 @@ def test_a_rule_interrupts_the_stream_and_the_model_is_asked_again() -> None:
 
 
 def test_a_transient_failure_is_retried_after_its_backoff_on_the_given_clock() -> None:
-    from actors.session.inputs import ModelFailed, SessionTick
+    from tether.actors.session.inputs import ModelFailed, SessionTick
 
     core = Core()
     core.say("hello")
@@ -134,7 +134,7 @@ def test_a_transient_failure_is_retried_after_its_backoff_on_the_given_clock() -
 
 
 def test_a_failure_that_is_not_transient_fails_the_turn() -> None:
-    from actors.session.inputs import ModelFailed
+    from tether.actors.session.inputs import ModelFailed
 
     core = Core()
     core.say("hello")
@@ -144,7 +144,7 @@ def test_a_failure_that_is_not_transient_fails_the_turn() -> None:
 
 
 def test_the_idle_timeout_and_the_safety_net_count_on_the_given_clock() -> None:
-    from actors.session.inputs import SessionTick
+    from tether.actors.session.inputs import SessionTick
 
     core = Core(SessionConfig(model="m", idle_timeout=60, safety_net=15))
     core.say("hello")

@@ -19,9 +19,9 @@ unreadable). The only I/O is reading the file system (``isdir``, ``islink``, ``r
 a bounded walk for links below a copied folder, globbing).
 """
 
-from actors.gatekeeper.security.shell.code import XARGS_SAFE
-from actors.gatekeeper.security.shell.lexer import LexError, Word, lex, substitutions
-from actors.gatekeeper.security.shell.model import (
+from tether.actors.gatekeeper.security.shell.code import XARGS_SAFE
+from tether.actors.gatekeeper.security.shell.lexer import LexError, Word, lex, substitutions
+from tether.actors.gatekeeper.security.shell.model import (
     INTERPRETERS,
     NETWORK,
     SHELLS,
@@ -32,8 +32,8 @@ from actors.gatekeeper.security.shell.model import (
     hosts_in,
     is_dynamic,
 )
-from actors.gatekeeper.security.shell.parser import parse_shell
-from actors.gatekeeper.security.shell.tools import PURE
+from tether.actors.gatekeeper.security.shell.parser import parse_shell
+from tether.actors.gatekeeper.security.shell.tools import PURE
 
 #: Commands whose arguments never cause a file to change (naming a protected file is fine).
 READERS: frozenset[str] = PURE | XARGS_SAFE

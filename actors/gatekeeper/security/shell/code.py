@@ -18,7 +18,7 @@ import re
 import stat
 from collections.abc import Callable
 
-from actors.gatekeeper.security.shell.model import INTERPRETERS, SHELLS, Ctx, Effects, getopt
+from tether.actors.gatekeeper.security.shell.model import INTERPRETERS, SHELLS, Ctx, Effects, getopt
 
 #: Commands xargs and find -exec may run without the judge asking: they only read.
 XARGS_SAFE: frozenset[str] = frozenset(

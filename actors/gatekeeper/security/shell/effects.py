@@ -15,7 +15,14 @@ import glob as globmod
 import os
 from collections.abc import Callable
 
-from actors.gatekeeper.security.shell.model import Ctx, Effects, Opts, Target, getopt, is_dynamic
+from tether.actors.gatekeeper.security.shell.model import (
+    Ctx,
+    Effects,
+    Opts,
+    Target,
+    getopt,
+    is_dynamic,
+)
 
 _WALK_LIMIT = 2000
 

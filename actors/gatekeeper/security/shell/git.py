@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 
-from actors.gatekeeper.security.shell.model import REMOTE, Ctx, Effects, getopt, hosts_in
+from tether.actors.gatekeeper.security.shell.model import REMOTE, Ctx, Effects, getopt, hosts_in
 
 BUILTINS: frozenset[str] = frozenset(
     {"add", "am", "annotate", "apply", "archive", "bisect", "blame", "branch", "bundle",

@@ -13,7 +13,7 @@ from typing import Literal
 
 import msgspec
 
-from actors.gatekeeper.security.shell.lexer import Word
+from tether.actors.gatekeeper.security.shell.lexer import Word
 
 Access = Literal["read", "write", "delete"]
 

@@ -24,9 +24,9 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from actors.gatekeeper.security.shell import code, effects, git, tools
-from actors.gatekeeper.security.shell.lexer import LexError, Word, lex, substitutions
-from actors.gatekeeper.security.shell.model import (
+from tether.actors.gatekeeper.security.shell import code, effects, git, tools
+from tether.actors.gatekeeper.security.shell.lexer import LexError, Word, lex, substitutions
+from tether.actors.gatekeeper.security.shell.model import (
     MAX_DEPTH,
     NETWORK,
     SAFE_SINKS,
@@ -38,7 +38,7 @@ from actors.gatekeeper.security.shell.model import (
     command_name,
     is_dynamic,
 )
-from actors.gatekeeper.security.shell.scope import (
+from tether.actors.gatekeeper.security.shell.scope import (
     Out,
     State,
     absolute,
@@ -50,8 +50,8 @@ from actors.gatekeeper.security.shell.scope import (
     known,
     name_literal,
 )
-from actors.gatekeeper.security.shell.structure import structure
-from actors.gatekeeper.security.shell.wrappers import (
+from tether.actors.gatekeeper.security.shell.structure import structure
+from tether.actors.gatekeeper.security.shell.wrappers import (
     WRAPPERS,
     command_variable,
     strip,

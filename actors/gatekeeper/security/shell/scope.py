@@ -14,8 +14,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from actors.gatekeeper.security.shell.lexer import Word
-from actors.gatekeeper.security.shell.model import ShellCommand, is_dynamic
+from tether.actors.gatekeeper.security.shell.lexer import Word
+from tether.actors.gatekeeper.security.shell.model import ShellCommand, is_dynamic
 
 
 @dataclass

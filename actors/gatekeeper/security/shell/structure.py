@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from actors.gatekeeper.security.shell.lexer import REDIRECTS, STARTERS, Word
+from tether.actors.gatekeeper.security.shell.lexer import REDIRECTS, STARTERS, Word
 
 _STDIN_REDIRECTS = frozenset({"<", "<<", "<<-", "<<<", "<&", "<>"})
 _OPENERS = {"{": "}", "if": "fi", "while": "done", "until": "done", "for": "done",

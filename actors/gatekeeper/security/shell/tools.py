@@ -15,8 +15,8 @@ import os
 import re
 from collections.abc import Callable
 
-from actors.gatekeeper.security.shell.effects import copy_like
-from actors.gatekeeper.security.shell.model import (
+from tether.actors.gatekeeper.security.shell.effects import copy_like
+from tether.actors.gatekeeper.security.shell.model import (
     REMOTE,
     SAFE_SINKS,
     Ctx,

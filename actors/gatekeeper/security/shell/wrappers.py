@@ -16,8 +16,8 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from actors.gatekeeper.security.shell.lexer import Word
-from actors.gatekeeper.security.shell.model import Effects, Opts, command_name, getopt
+from tether.actors.gatekeeper.security.shell.lexer import Word
+from tether.actors.gatekeeper.security.shell.model import Effects, Opts, command_name, getopt
 
 # wrapper -> (short options with values, long options; "=" marks those taking a value,
 #             positional words before the command)
