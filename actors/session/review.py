@@ -96,15 +96,15 @@ def on_settled(step: Step, settled: InteractionSettled) -> None:
             tools.finish_engine_call(step, call, f"No answer: {settled.reason}. Go on without "
                                                  "it, or ask again later.", True)
         return
-    verdict, turn.awaiting = turn.awaiting, None
+    verdict = turn.awaiting
     approved = settled.outcome == "approved"
     step.session.decide_tool_call(
         call_id=call.id, decision="allow" if approved else "deny", reason=settled.reason,
         tier="human" if settled.by not in ("timeout", "tether") else f"approval-{settled.by}")
     if not approved or verdict is None:
+        turn.awaiting = None
         tools.refuse(step, call, settled.reason)
         return
-    turn.approved = verdict
     step.effects.append(Continue("execute"))  # the person's answer is saved before the run
 
 

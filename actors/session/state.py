@@ -131,9 +131,8 @@ class TurnState:
     unchecked_retries: int = 0
     reminders: list[Reminder] = field(default_factory=list)
     awaiting: Verdict | None = None
-    """The verdict of the call waiting for approval."""
-    approved: Verdict | None = None
-    """The verdict of the call a person approved, until its run is decided."""
+    """The verdict of the call waiting for approval, kept once a person approved it until
+    its run is decided."""
     waiting_call: str = ""
     """The call (or plan review) the session waits on in a WAITING phase."""
     review_is_call: bool = False

@@ -182,9 +182,13 @@ def on_continued(step: Step, then: str) -> None:
         return
     if then == "next_tool":
         next_tool(step)
-    elif then == "execute" and turn.approved is not None and turn.tool_queue:
-        verdict, turn.approved = turn.approved, None
-        execute(step, turn.tool_queue[0], verdict)
+    elif then == "execute" and turn.awaiting is not None and turn.tool_queue:
+        verdict, turn.awaiting = turn.awaiting, None
+        call = turn.tool_queue[0]
+        if verdict.call_id == call.id:  # the very call that was approved runs, no other
+            execute(step, call, verdict)
+        else:
+            refuse(step, call, "the approval was for another call")
 
 
 def on_skills_read(step: Step, read: SkillsRead) -> None:
