@@ -1,20 +1,9 @@
-"""A session as a cursor on its conversation tree (the Forest of :mod:`events.forest`).
+"""Reading a session's conversation tree: the history at a node, its nodes as a list or
+drawn as lines, and the node a name gives.
 
-The session's history (what the model is sent) is mirrored into the session's Forest:
-each complete message appended once, with prefix matching, under the root of the system
-prompt it was sent with; the node of the last message is the session's *cursor*.
-Rewriting the history (a compaction's summary, ``/clear``, a branch, a fork) is mirrored
-as a new path from the root, which prefix matching shares with the old one as far as they
-agree. Moving the session (``tether branch``, ``tether edit``) goes the other way: the
-path to a node becomes the history.
-
-A message the tree holds in two parts (a split, or an edit that kept a common prefix)
-comes back as two Turns, the second with ``continues`` set: its text goes on from the
-first's without a break (:func:`actors.model.context.coalesce` joins them so, and mirroring
-such a history again finds the same two nodes).
-
-Pure apart from the Forest it is given: the session actor owns the tree, calls these
-between its own steps and saves the Forest's events.
+The tree itself, and how the session's history is mirrored into it, are in
+:mod:`events.conversation`; these are the queries the session's core, the manager and the
+command line make of it.
 """
 
 from __future__ import annotations
@@ -22,137 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import pairwise
 
-from tether.events.forest import Forest, ForestState, Node, message_key
+from tether.events.conversation import Turn, answers
+from tether.events.forest import ForestState, Node
 from tether.events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock, TreeNode
-from tether.events.session import Turn
 
 NODE_TEXT_CHARS = 200
 """Characters of a node's text in a TreeView."""
-
-
-class TreeMirror:
-    """Keeps a Forest in step with one session's history.
-
-    :meth:`sync` appends the messages added since the last call; when the history is a
-    different list than last time (the Session aggregate assigns a new one whenever it
-    rewrites the history, and appends to the same one otherwise) or the system prompt
-    changed, it walks the whole history again from the root (cheap where the tree has
-    it already: prefix matching reuses every identical node). :meth:`stand_at` puts the
-    cursor on a given node after a move, without searching for it.
-    """
-
-    def __init__(self, forest: Forest) -> None:
-        self.forest = forest
-        self.cursor = ""
-        self._history: list[Turn] | None = None
-        self._prompt: str | None = None
-        self._count = 0
-        """Messages of ``_history`` mirrored so far (the cursor is the last one's node)."""
-
-    def sync(self, system_prompt: str, history: list[Turn],
-             complete: int | None = None) -> list[tuple[str, str, Turn]]:
-        """Mirror ``history[:complete]`` (all of it when ``complete`` is None); returns
-        ``(node, parent, message)`` for each message newly placed (also a message that
-        matched an existing node on a new path).
-
-        ``complete`` leaves out an unfinished trailing message (the message of tool
-        results while results are still coming: :func:`complete_messages` counts); a
-        later sync mirrors the rest, from where this one stopped. A message once mirrored
-        is not mirrored again while the history stays the same list, so ``complete``
-        must not count a message that will still change. A count below what is mirrored
-        already changes nothing. A continuation Turn is mirrored as a continuation where
-        its parent can be continued (:meth:`ForestState.can_continue`), else as a plain
-        message (as :func:`actors.model.context.coalesce` then sends it)."""
-        limit = len(history) if complete is None else max(0, min(complete, len(history)))
-        if (not self.cursor or history is not self._history or system_prompt != self._prompt
-                or self._count > len(history)):
-            self._history, self._prompt, self._count = history, system_prompt, 0
-            if not limit:  # nothing to mirror: no root is made for an empty conversation
-                self.cursor = ""
-                return []
-            self.cursor = self.forest.root_for(system_prompt)
-        placed: list[tuple[str, str, Turn]] = []
-        for turn in history[self._count:limit]:
-            parent = self.cursor
-            self.cursor = self.forest.append(parent, turn.role, turn.content,
-                                             _continues(self.forest.state, parent, turn))
-            if self.cursor != parent:
-                placed.append((self.cursor, parent, turn))
-        self._count = max(self._count, limit)
-        return placed
-
-    def stand_at(self, node_id: str, system_prompt: str, history: list[Turn]) -> str:
-        """The session now stands at ``node_id`` (a branch, an edit) with ``history``, the
-        path to it (as :func:`history_at` gives it): pass the list the session keeps
-        (its history once the move is recorded), so later syncs append to it under
-        ``node_id``. The cursor is that very node, not one found again by prefix
-        matching (which could pick an identical sibling). Returns the cursor.
-
-        When ``node_id`` hangs under another root than ``system_prompt``'s (a message
-        sent with an earlier system prompt), the next messages are sent with
-        ``system_prompt``: the history is then mirrored under its root, as :meth:`sync`
-        does. Raises ValueError when ``history`` is not the path to ``node_id`` (its
-        messages compared as prefix matching does), ForestError for an unknown node."""
-        path = self.forest.path(node_id)
-        if len(path) - 1 != len(history) or any(
-            message_key(node.role, node.content) != message_key(turn.role, turn.content)
-            for node, turn in zip(path[1:], history, strict=False)
-        ):
-            raise ValueError(f"that history is not the path to node {node_id}")
-        if self.forest.state.find_root(system_prompt) != path[0].id or not history:
-            self.forget()
-            self.sync(system_prompt, history)
-            return self.cursor
-        self.cursor, self._history, self._prompt = node_id, history, system_prompt
-        self._count = len(history)
-        return self.cursor
-
-    def forget(self) -> None:
-        """The next sync walks the whole history again (after the tree was changed)."""
-        self._history = None
-
-
-def locate(state: ForestState, system_prompt: str, history: Sequence[Turn]) -> str:
-    """The node a session with ``history`` under ``system_prompt`` stands at, found
-    without changing the tree; ``""`` when the tree does not hold that path (yet)."""
-    node = state.find_root(system_prompt) if history else None
-    if node is None:
-        return ""
-    for turn in history:
-        node, changes = state.plan_append(node, turn.role, turn.content,
-                                          _continues(state, node, turn))
-        if changes:
-            return ""
-    return node
-
-
-def _continues(state: ForestState, parent: str, turn: Turn) -> bool:
-    """The continuation flag ``turn`` is mirrored with under ``parent``."""
-    return turn.continues and state.can_continue(parent, turn.role, turn.content)
-
-
-def complete_messages(history: Sequence[Turn]) -> int:
-    """How many leading messages of ``history`` are complete (for :meth:`TreeMirror.sync`'s
-    ``complete``): all of them, except a trailing user message of tool results that does
-    not yet answer every tool_use of the assistant message before it (the session adds
-    the results to that message one by one, as the calls end)."""
-    if len(history) >= 2:
-        before, last = history[-2], history[-1]
-        if before.role == "assistant" and last.role == "user" and any(
-                isinstance(b, ToolResultBlock) for b in last.content):
-            unanswered, _ = _answers(before.content, last.content)
-            if unanswered:
-                return len(history) - 1
-    return len(history)
-
-
-def _answers(before: Sequence[ContentBlock], after: Sequence[ContentBlock]
-             ) -> tuple[set[str], set[str]]:
-    """(the calls of ``before`` that ``after`` does not answer, the results in ``after``
-    of calls ``before`` did not make)."""
-    calls = {b.id for b in before if isinstance(b, ToolUseBlock)}
-    answered = {b.tool_use_id for b in after if isinstance(b, ToolResultBlock)}
-    return calls - answered, answered - calls
 
 
 def history_of(path: Sequence[Node]) -> list[Turn]:
@@ -177,7 +41,7 @@ def history_at(state: ForestState, node_id: str) -> list[Turn]:
         raise LookupError("that message calls tools and its results are not on the path: "
                           "pick the message of results below it, or the message before it")
     for before, after in pairwise(path):
-        unanswered, stray = _answers(before.content, after.content)
+        unanswered, stray = answers(before.content, after.content)
         if unanswered:
             raise LookupError(
                 f"message {before.id} on that path calls tools the message after it does "

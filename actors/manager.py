@@ -380,11 +380,12 @@ class SessionManagerActor(TetherActor):
     def _node_path(self, session_id: str, wanted: str) -> list[Turn] | str:
         """The history of a session standing at node ``wanted`` of ``session_id``'s tree,
         or why there is none."""
-        forest = self.app.forest(session_id)
-        if forest is None:
+        found = self.app.tree(session_id)
+        if found is None or not found[0].nodes:
             return f"session {session_id} has no conversation tree yet"
+        tree = found[0]
         try:
-            return history_at(forest.state, resolve_node(forest.state, wanted))
+            return history_at(tree, resolve_node(tree, wanted))
         except (LookupError, ForestError) as exc:
             return str(exc)
 

@@ -17,7 +17,7 @@ from typing import TextIO
 
 import msgspec
 
-from tether.actors.conversation import locate, render_tree, tree_nodes
+from tether.actors.conversation import render_tree, tree_nodes
 from tether.adapters.config import Settings
 from tether.adapters.render import render_session, render_sessions, render_timeline
 
@@ -115,13 +115,12 @@ def run_demo(settings: Settings, out: TextIO | None = None) -> int:
                 say()
                 say(f"== the session as stored (tether replay {sid} --until {session.version}) ==")
                 say(render_session(session))
-            forest = host.app.forest(sid)
-            if forest is not None:
+            found = host.app.tree(sid)
+            if found is not None:
                 say()
                 say(f"== its conversation tree (tether tree {sid}) ==")
-                cursor = locate(forest.state, session.system_prompt,
-                                session.history) if session else ""
-                for line in render_tree(tree_nodes(forest.state), cursor):
+                tree, cursor = found
+                for line in render_tree(tree_nodes(tree), cursor):
                     say(line)
             with open(os.path.join(settings.workspace, "calc.py")) as fh:
                 say()

@@ -25,11 +25,11 @@ Per size (10, 100, 1,000, 10,000 and 30,000 messages; ``--quick``: 10 and 100):
 * **catch-up**: what the actor reads from the store between turns,
   :meth:`TetherApplication.catch_up`: with no new event, and with one new turn's events
   (8 events appended meanwhile by another copy of the aggregate).
-* **tree +1 turn / tree walk**: :class:`actors.conversation.TreeMirror` putting one new
-  turn's messages into the session's conversation tree (what the actor does each turn),
-  and walking the whole held history into it again, every node found by prefix matching
-  (what it does after a compaction or a branch). In memory; the store's save of the new
-  tree events is one more append, like catch-up's.
+* **tree +1 turn / tree walk**: :class:`events.conversation.Conversation` putting one new
+  turn's messages into the session's conversation tree (what the Session aggregate does
+  as a turn's events apply), and walking the whole held history into it again, every
+  node found by prefix matching (what it does after a compaction). In memory: the tree
+  is derived from the session's events, so it adds nothing to the store.
 * **reload+build** (the raw baseline): ``app.session(sid)`` (the whole session replayed
   from the store) then ``build_request``: what a framework that re-reads the history on
   every turn pays. ``reload`` alone is shown too.
@@ -66,7 +66,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bench.common import Printer, ratio, say, table
-from tether.actors.conversation import TreeMirror
 from tether.actors.model.compaction import (
     context_budget,
     needs_compaction,
@@ -83,7 +82,7 @@ from tether.actors.model.context import (
 )
 from tether.actors.model.stale_results import summarize_stale_results
 from tether.events.application import TetherApplication
-from tether.events.forest import Forest
+from tether.events.conversation import Conversation
 from tether.events.messages import TextBlock, ToolUseBlock, Usage
 from tether.events.session import Session, Turn
 
@@ -460,7 +459,7 @@ def measure(app: TetherApplication, messages: int, quick: bool
 def measure_mirror(session: Session, quick: bool) -> tuple[float, float]:
     """Median ms of mirroring one new turn into the session's tree, and of walking the
     whole held history into it again (the tree is built first, untimed)."""
-    mirror = TreeMirror(Forest(session_id=session.session_id))
+    mirror = Conversation.of_session(session.session_id)
     history = list(session.history)
     mirror.sync(DEFAULT_SYSTEM_PROMPT, history)
     scratch = Session(session_id="scratch", name="scratch", workspace="/ws", model=MODEL,
@@ -474,8 +473,11 @@ def measure_mirror(session: Session, quick: bool) -> tuple[float, float]:
         t0 = time.perf_counter()
         mirror.sync(DEFAULT_SYSTEM_PROMPT, history)
         samples.append((time.perf_counter() - t0) * 1000.0)
-    whole = median_ms(lambda: mirror.sync(DEFAULT_SYSTEM_PROMPT, list(history)),
-                      QUICK_BUILD if quick else FULL_BUILD)
+    def walk_again() -> None:
+        mirror.rewritten()
+        mirror.sync(DEFAULT_SYSTEM_PROMPT, history)
+
+    whole = median_ms(walk_again, QUICK_BUILD if quick else FULL_BUILD)
     return statistics.median(samples), whole
 
 

@@ -20,9 +20,10 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import MapperDeserialisationError, Recording
 from eventsourcing.utils import get_topic
 
+from tether.events.conversation import Conversation, locate
 from tether.events.decisions import ToolDecision
 from tether.events.deliveries import Deliveries
-from tether.events.forest import Forest, forest_uuid
+from tether.events.forest import Forest, ForestState, forest_uuid
 from tether.events.inbox import RefusedMessage
 from tether.events.interactions import Interaction
 from tether.events.mapper import MsgspecMapper
@@ -154,8 +155,24 @@ class TetherApplication(Application[uuid.UUID]):
         return caught_up
 
     def forest(self, session_id: str) -> Forest | None:
-        """The conversation tree of a session, or None if nothing was mirrored yet."""
+        """The Forest aggregate a session stored before sessions kept their own tree
+        recorded its tree in, or None."""
         return self.load(forest_uuid(session_id), Forest)
+
+    def tree(self, session_id: str) -> tuple[ForestState, str] | None:
+        """A session's conversation tree and the node it stands at ("" before its first
+        message is mirrored), or None when there is no such session. A session stored
+        before sessions kept their own tree, whose actor has not run since, has it in its
+        Forest aggregate."""
+        session = self.session(session_id)
+        if session is None:
+            return None
+        if session.keeps_tree:
+            return session.conversation.tree, session.conversation.cursor
+        forest = self.forest(session_id)
+        if forest is None:
+            return Conversation.of_session(session_id).tree, ""
+        return forest.state, locate(forest.state, session.system_prompt, session.history)
 
     def rule_log(self, session_id: str) -> RuleLog | None:
         """The TTSR rule log of a session, or None if it never had rules."""

@@ -1,4 +1,5 @@
-"""The Forest aggregate: a session's conversation as a tree of messages.
+"""A session's conversation as a tree of messages: the rules (seed 003's Forest), and the
+Forest aggregate sessions stored before kept their tree in.
 
 A forest holds roots (one per system prompt) and, under them, messages: each node has a
 role (``system`` for roots, ``user`` or ``assistant`` below), a list of content blocks and
@@ -12,12 +13,14 @@ Two layers:
   at and a list of primitive :data:`Change` records) without touching the state; they
   raise a :class:`ForestError` for an invalid operation. :meth:`ForestState.apply` applies
   changes (in place: replaying a forest stays linear in its events).
-* :class:`Forest`, the event-sourced aggregate. Each operation plans on the state first
-  (so a refused operation records nothing), then records one event carrying the planned
-  changes; applying the event applies them. Events record facts, not commands: a replay
-  never re-runs the rules, so a later change of the rules cannot change a stored tree.
-  Operations that change nothing (a reused root or message, an edit to the same text or
-  one differing only in whitespace) record no event.
+* :class:`Forest`, an event-sourced aggregate holding one tree. Each operation plans on
+  the state first (so a refused operation records nothing), then records one event
+  carrying the planned changes; applying the event applies them. Operations that change
+  nothing (a reused root or message, an edit to the same text or one differing only in
+  whitespace) record no event. Sessions now keep their tree themselves, derived from
+  their own events (:mod:`events.conversation`; a user's operation is recorded as
+  ``Session.TreeAltered`` with its changes): a Forest is what a session stored before
+  recorded its tree in, read (and imported by its actor) and no longer written.
 
 Ids. One forest per session: its aggregate id is ``forest_uuid(session_id)``, a uuid5
 from a namespace of its own (like the session's), so whoever knows the session finds its
@@ -699,8 +702,9 @@ class ForestSnapshotState(msgspec.Struct, kw_only=True):
 
 
 class Forest(Aggregate):
-    """One session's conversation tree. Each operation records one event (none when it
-    changes nothing); every event carries the changes it made, which replay applies."""
+    """One conversation tree. Each operation records one event (none when it changes
+    nothing); every event carries the changes it made, which replay applies. Sessions
+    stored before sessions kept their own tree have one (see the module's docstring)."""
 
     @staticmethod
     def create_id(session_id: str, **_: Any) -> uuid.UUID:

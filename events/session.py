@@ -15,29 +15,13 @@ from typing import Any
 import msgspec
 from eventsourcing.domain import Aggregate, event
 
+from tether.events.conversation import Conversation, Turn
+from tether.events.forest import Change, ForestError, ForestState
 from tether.events.lifecycle import FINISHED, LEGACY_STATUSES
 from tether.events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from tether.events.sandbox import SandboxProfile
 from tether.events.snapshots import TypedSnapshot
 from tether.events.stamping import stamped_trigger
-
-
-class Turn(msgspec.Struct, omit_defaults=True):
-    """One model-visible message: ``role`` is ``user`` or ``assistant``.
-
-    ``continues``: its text goes on from the previous message's without a break (the
-    conversation tree holds the message in two parts, after an edit or a split): the
-    context sends the two as one text, joined with nothing between. A default (and left
-    out of the encoding when false), so Turns stored before it existed decode as they
-    were, and encode as they did."""
-
-    role: str
-    content: list[ContentBlock]
-    continues: bool = False
-
-    def copy(self) -> Turn:
-        """The same message with its own content list (the flag kept)."""
-        return Turn(self.role, list(self.content), self.continues)
 
 
 class QueuedMessage(msgspec.Struct):
@@ -87,6 +71,8 @@ class SessionState(msgspec.Struct, kw_only=True):
     auto_approve: list[str]
     plan: str
     running_call: str
+    keeps_tree: bool
+    conversation: Conversation
 
 
 def interrupted_result(reason: str) -> str:
@@ -122,11 +108,12 @@ class Session(Aggregate):
         budget_usd: float = 0.0
         origin: str = ""
         owner: str = ""
+        keeps_tree: bool = False
 
     @event(Created)
     def __init__(self, session_id: str, name: str, workspace: str, model: str, channel: str,
                  multi_turn: bool = True, budget_usd: float = 0.0, origin: str = "",
-                 owner: str = ""):
+                 owner: str = "", keeps_tree: bool = True):
         self.session_id = session_id
         self.home_channel = channel
         """The channel the session was created on: the approvers named for it may decide
@@ -177,6 +164,12 @@ class Session(Aggregate):
         self.plan = ""
         self.running_call = ""
         """The call that started and has not ended (ToolCallStarted without a result)."""
+        self.keeps_tree = keeps_tree
+        """The conversation tree is derived here, from this session's events. Sessions
+        stored before kept it in a Forest aggregate of their own until their actor
+        imports it (:meth:`import_tree`)."""
+        self.conversation = Conversation.of_session(session_id)
+        """The history mirrored into a tree of messages, and the session's place on it."""
 
     class UserMessageQueued(Aggregate.Event):
         text: str
@@ -218,6 +211,14 @@ class Session(Aggregate):
     ) -> None:
         self.history.append(Turn("assistant", list(content)))
         self._count_tokens(usage)
+        self._mirror()
+
+    def _mirror(self) -> None:
+        """Mirror the history's complete messages into the tree. Every event that adds to
+        the history does, but the user's message: it waits for the reply to it, since
+        the root it hangs under is the system prompt it is sent with, which its turn
+        settles only once it has started."""
+        self.conversation.sync(self.system_prompt, self.history)
 
     def _count_tokens(self, usage: Usage) -> None:
         self.input_tokens += usage.input_tokens
@@ -297,6 +298,7 @@ class Session(Aggregate):
     def clear_context(self) -> None:
         """/clear: the next message starts a fresh context (the events keep the old one)."""
         self.history = []
+        self.conversation.rewritten()
 
     class WorkspaceChanged(Aggregate.Event):
         path: str
@@ -345,6 +347,8 @@ class Session(Aggregate):
         self.history = [Turn("user", [TextBlock(summary)]), *self.history[replaced:]]
         self.cost_usd += cost_usd
         self.compactions += 1
+        self.conversation.rewritten()
+        self._mirror()
 
     class MemoryFlushed(Aggregate.Event):
         path: str
@@ -462,6 +466,7 @@ class Session(Aggregate):
             last.content.append(block)
         else:
             self.history.append(Turn("user", [block]))
+        self._mirror()
 
     class TtsrInterrupted(Aggregate.Event):
         """Declared explicitly so the field added later has a default: events stored
@@ -490,6 +495,7 @@ class Session(Aggregate):
             self.history.append(Turn("assistant", [TextBlock(partial_text)]))
         self.history.append(Turn("user", [TextBlock(reminder)]))
         self._note_fired(rules)
+        self._mirror()
 
     class TtsrReminderAdded(Aggregate.Event):
         rules: list[str]
@@ -500,6 +506,7 @@ class Session(Aggregate):
         """A reminder for rules that did not abort the stream, added after the turn."""
         self.history.append(Turn("user", [TextBlock(reminder)]))
         self._note_fired(rules)
+        self._mirror()
 
     def _note_fired(self, rules: list[str]) -> None:
         for name in rules:
@@ -549,6 +556,7 @@ class Session(Aggregate):
         self.forked_from = source_id
         self.history = [t.copy() for t in history]
         self.fired_rules = list(fired_rules)
+        self.conversation.rewritten()
 
     class GenerationStarted(Aggregate.Event):
         n: int
@@ -569,13 +577,18 @@ class Session(Aggregate):
         stop_reason: str
         usage: Usage
         node_id: str
+        parent_id: str = ""
 
     @event(AlternativeGenerated)
     def add_alternative(self, content: list[ContentBlock], stop_reason: str, usage: Usage,
-                        node_id: str) -> None:
+                        node_id: str, parent_id: str = "") -> None:
         """Another completion of the same request, kept as its own branch of the tree
-        (``node_id``) and not in the history; its tokens count."""
+        (``node_id``, under ``parent_id``, the message the request answered) and not in
+        the history; its tokens count. Stored before sessions kept their tree, the event
+        has no parent: the branch is in the session's Forest."""
         self._count_tokens(usage)
+        if parent_id:
+            self.conversation.append(parent_id, "assistant", content)
 
     class AlternativeDropped(Aggregate.Event):
         rules: list[str]
@@ -605,6 +618,43 @@ class Session(Aggregate):
         """The session now stands at ``node_id`` of its tree (``tether branch`` or
         ``edit``): its history is the path to it, recorded whole so a replay needs no tree."""
         self.history = [t.copy() for t in history]
+        if not self.keeps_tree:
+            return
+        try:
+            self.conversation.stand_at(node_id, self.system_prompt, self.history)
+        except (ForestError, ValueError):
+            # Not a node of this tree (never so when recorded by the session's core):
+            # the history is what counts, mirrored as it is.
+            self.conversation.rewritten()
+            self._mirror()
+
+    class TreeAltered(Aggregate.Event):
+        operation: str
+        node_id: str
+        result_id: str
+        changes: list[Change]
+
+    @event(TreeAltered)
+    def alter_tree(self, operation: str, node_id: str, result_id: str,
+                    changes: list[Change]) -> None:
+        """The user changed the tree: ``operation`` (edit, split, delete, bookmark or
+        unbookmark) of ``node_id`` made ``changes`` and ended at ``result_id``. The
+        changes are recorded, not the rules that made them, so a later change of the
+        rules cannot change a stored tree."""
+        self.conversation.apply(changes)
+
+    class TreeImported(Aggregate.Event):
+        tree: ForestState
+
+    @event(TreeImported)
+    def import_tree(self, tree: ForestState) -> None:
+        """The tree a session stored before sessions kept their own (in its Forest
+        aggregate, read once by its actor) is now the session's, whole: every edit made
+        in it stays."""
+        self.keeps_tree = True
+        self.conversation = Conversation(tree=msgspec.convert(msgspec.to_builtins(tree),
+                                                              ForestState))
+        self._mirror()
 
     class TurnCompleted(Aggregate.Event):
         rounds: int
@@ -619,6 +669,7 @@ class Session(Aggregate):
         self.cost_usd += cost_usd
         self.in_turn = False
         self.turn_usage = Usage(0, 0)
+        self._mirror()  # what the turn said, answered or not
 
     class TurnFailed(Aggregate.Event):
         """Declared explicitly so that ``cost_usd`` and ``kind``, added later, have
@@ -637,6 +688,7 @@ class Session(Aggregate):
         self.cost_usd += cost_usd
         self.in_turn = False
         self.turn_usage = Usage(0, 0)
+        self._mirror()  # what the turn said, answered or not
 
     class ActorFailed(Aggregate.Event):
         error: str

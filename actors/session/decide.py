@@ -62,7 +62,7 @@ def decide(state: State, message: Any, now: dt.datetime) -> Outcome:
             _dispatch(step, message)
     except BaseException:
         # A decision that fails records nothing: no half of it may be saved by the next.
-        for aggregate in (state.session, state.forest, *step.recorded):
+        for aggregate in (state.session, *step.recorded):
             aggregate.collect_events()
         raise
     return Outcome(step.aggregates(), step.effects)
@@ -131,6 +131,6 @@ def _dispatch(step: Step, message: Any) -> None:
         case Restarting():
             endings.restarting(step)
         case Recovered():
-            endings.recovered(step)
+            endings.recovered(step, message.stored_tree)
         case _:
             log.warning("session %s ignored %r", step.session_id, message)

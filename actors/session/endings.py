@@ -13,7 +13,8 @@ from tether.actors.session.effects import AskTitle, CancelModel, StopTool
 from tether.actors.session.inputs import ModelFailed, TitleDone
 from tether.actors.session.state import WAITING, Phase
 from tether.actors.session.step import Step, log
-from tether.actors.session.tree import sync_tree
+from tether.actors.session.tree import publish_placed
+from tether.events.forest import ForestState
 from tether.events.lifecycle import FINISHED
 from tether.events.messages import (
     CancelInteractions,
@@ -48,7 +49,7 @@ def complete_turn(step: Step, stop: str, take_queued: bool = True) -> None:
                                cost_usd=step.turn_cost(), stop=stop)
     _turn_ended(step, "the turn is done", "completed")
     _maybe_title(step)
-    sync_tree(step)
+    publish_placed(step)
     step.emit(GenerationDone, nodes=list(turn.turn_nodes), stop=stop)
     turn.gen = None
     if take_queued:
@@ -72,7 +73,7 @@ def record_failure(step: Step, error: str, finish: bool = False,
     else:
         _turn_ended(step, f"the turn failed: {error}", "failed")
     _maybe_title(step)
-    sync_tree(step)
+    publish_placed(step)
     step.emit(GenerationError, kind=kind, message=error)
     turn.gen = None
     _idle(step)
@@ -207,7 +208,7 @@ def kill(step: Step, reason: str) -> None:
         turn.turn_usage = Usage()
     if session.status != "killed":
         step.set_status("killed", reason)
-    sync_tree(step)
+    publish_placed(step)
     if in_turn:
         step.emit(GenerationError, kind="aborted", message=f"killed: {reason}")
     turn.gen = None
@@ -221,13 +222,16 @@ def restarting(step: Step) -> None:
     step.effects.append(CancelModel())
 
 
-def recovered(step: Step) -> None:
+def recovered(step: Step, stored_tree: ForestState | None) -> None:
     """The process (or this actor) stopped mid-turn: the turn is lost. Answer every tool
     call left without a result, so the history stays valid for the model, say what
     happened, and take up any queued message. A message stored whose turn had not
-    started is taken up."""
+    started is taken up. A session stored before sessions kept their own tree imports
+    ``stored_tree`` first (once: from then on its events keep it)."""
     session = step.session
-    sync_tree(step, publish=False)
+    if stored_tree is not None:
+        session.import_tree(tree=stored_tree)
+        step.conversation.take_placed()  # placed long ago, not by this decision
     if session.in_turn and session.status not in FINISHED:
         refuse_pending(step, "the turn was interrupted by a restart before this call ran",
                        running="the engine stopped while this call ran")

@@ -12,6 +12,7 @@ import msgspec
 
 from tether.actors.model.prompt import WorkspaceTexts
 from tether.actors.ports import ModelEvent, Snapshot, ToolOutput
+from tether.events.forest import ForestState
 from tether.events.messages import Usage
 
 
@@ -115,4 +116,8 @@ class Restarting(msgspec.Struct):
 
 class Recovered(msgspec.Struct):
     """The state was loaded from the store: pick up a turn the restart cut short, or a
-    message that waits."""
+    message that waits. ``stored_tree``: the tree of a session stored before sessions
+    kept their own (its Forest aggregate, empty when it had none), to import; None when
+    the session keeps its tree."""
+
+    stored_tree: ForestState | None = None

@@ -11,13 +11,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tether.actors.conversation import TreeMirror
 from tether.actors.model.compaction import CompactionPlan
 from tether.actors.model.prompt import WorkspaceTexts
 from tether.actors.model.redact import Redactor, StreamRedactor
 from tether.actors.ports import Grant, MessageDone, ModelRequest
 from tether.actors.session.config import SessionConfig
-from tether.events.forest import Forest
 from tether.events.messages import Generate, Reminder, ToolUseBlock, Usage, Verdict
 from tether.events.sandbox import SandboxProfile
 from tether.events.session import Session
@@ -173,12 +171,12 @@ class State:
 
     env: Env
     session: Session
-    forest: Forest
-    mirror: TreeMirror
     turn: TurnState
 
     @classmethod
-    def of(cls, env: Env, session: Session, forest: Forest, now: dt.datetime) -> State:
-        """A session as loaded, between turns as far as this process knows."""
-        return cls(env, session, forest, TreeMirror(forest),
+    def of(cls, env: Env, session: Session, now: dt.datetime) -> State:
+        """A session as loaded, between turns as far as this process knows (what its
+        replay placed in the tree was published when it happened)."""
+        session.conversation.take_placed()
+        return cls(env, session,
                    TurnState(last_input=now, last_activity=now, gen_turn=session.turns))

@@ -15,6 +15,7 @@ from tether.actors.model.pricing import cost_usd
 from tether.actors.modes import plan_file_for
 from tether.actors.session.effects import Ask, Effect, Reply, Send
 from tether.actors.session.state import State
+from tether.events.conversation import Conversation
 from tether.events.lifecycle import refusal
 from tether.events.messages import GenerationEvent, StreamDelta
 
@@ -32,12 +33,10 @@ class Step:
         self.subjects = state.env.subjects
         self.session_id = state.env.session_id
         self.session = state.session
-        self.forest = state.forest
-        self.mirror = state.mirror
         self.turn = state.turn
         self.effects: list[Effect] = []
         self.recorded: list[Aggregate] = []
-        """Aggregates besides the session and its forest that got events (a refusal)."""
+        """Aggregates besides the session that got events (a refusal)."""
 
     # --- effects ------------------------------------------------------------------------
 
@@ -70,6 +69,11 @@ class Step:
             turn=self.session.completed_turns if start else 0))
 
     # --- reading the state --------------------------------------------------------------
+
+    @property
+    def conversation(self) -> Conversation:
+        """The session's tree and its place on it (derived as its events apply)."""
+        return self.session.conversation
 
     def active(self) -> None:
         """Something happened mid-turn (the safety net counts from now)."""
@@ -109,4 +113,4 @@ class Step:
 
     def aggregates(self) -> list[Aggregate]:
         """The aggregates with events to save, the session first."""
-        return [a for a in (self.session, self.forest, *self.recorded) if a.pending_events]
+        return [a for a in (self.session, *self.recorded) if a.pending_events]

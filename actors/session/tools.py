@@ -22,7 +22,7 @@ from tether.actors.session.effects import Continue, ReadSkills, RunTool
 from tether.actors.session.inputs import SkillsRead, ToolFinished
 from tether.actors.session.state import Phase
 from tether.actors.session.step import Step
-from tether.actors.session.tree import sync_tree
+from tether.actors.session.tree import publish_placed
 from tether.events.messages import QuestionRequest, ToolProposal, ToolUseBlock, Verdict
 
 
@@ -31,7 +31,7 @@ def next_tool(step: Step) -> None:
     call, another completion, a plan review) or ends."""
     turn, session = step.turn, step.session
     if not turn.tool_queue:
-        sync_tree(step)  # the message of results is complete: into the tree
+        publish_placed(step)  # the message of results is complete: in the tree
         last_stop = turn.done.stop_reason if turn.done else ""
         if not session.pending_tool_calls() and last_stop != "tool_use":
             if session.mode == "plan" and turn.plan.touched and not turn.plan.exited:

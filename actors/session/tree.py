@@ -1,13 +1,14 @@
-"""The session's conversation tree: the history mirrored into its Forest, the generation
-events that say what was placed, and the user's tree commands (between turns only)."""
+"""The session's conversation tree: what a decision placed in it published as generation
+events, and the user's tree commands (between turns only). The tree is the Session's own,
+derived as its events apply (:mod:`events.conversation`)."""
 
 from __future__ import annotations
 
-from tether.actors.conversation import complete_messages, history_at, resolve_node, tree_nodes
+from tether.actors.conversation import history_at, resolve_node, tree_nodes
 from tether.actors.session.effects import RestoreFiles
 from tether.actors.session.state import Phase
 from tether.actors.session.step import Step
-from tether.events.forest import ForestError
+from tether.events.forest import ForestError, Planned
 from tether.events.messages import (
     TREE_PAGE_MAX,
     AssistantNode,
@@ -28,44 +29,48 @@ from tether.events.messages import (
 from tether.events.session import Turn
 
 
-def sync_tree(step: Step, publish: bool = True) -> None:
-    """Mirror the history's complete messages into the tree (a message of tool results
-    waits until it holds every result); with ``publish``, say which assistant messages
-    and tool results it placed."""
-    history = step.session.history
-    placed = step.mirror.sync(step.root_prompt(), history, complete=complete_messages(history))
-    if not publish:
-        return
-    for node, parent, turn in placed:
-        if turn.role == "assistant":
-            # The main completion's latest message: the one before it (a tool call's) was
-            # on the way, not final.
-            step.turn.turn_nodes[:1] = [node]
-            step.emit(AssistantNode, node_id=node, parent_id=parent, content=list(turn.content))
+def publish_placed(step: Step) -> None:
+    """Say which assistant messages and tool results the session's events placed in the
+    tree since the last time. The main completion's latest assistant message is the
+    turn's node, and the message it answers is the one further completions answer."""
+    for placed in step.conversation.take_placed():
+        if placed.turn.role == "assistant":
+            # The one before it (a tool call's) was on the way, not final.
+            step.turn.turn_nodes[:1] = [placed.node]
+            step.turn.alt_parent = placed.parent
+            step.emit(AssistantNode, node_id=placed.node, parent_id=placed.parent,
+                      content=list(placed.turn.content))
             continue
-        for block in turn.content:
+        for block in placed.turn.content:
             if isinstance(block, ToolResultBlock):
-                step.emit(ToolResultNode, node_id=node, call_id=block.tool_use_id,
+                step.emit(ToolResultNode, node_id=placed.node, call_id=block.tool_use_id,
                           is_error=block.is_error, content=block.content)
 
 
 def tree_page(step: Step, query: TreeQuery) -> None:
-    """Answer a page of the tree as it stands (complete messages mirrored first)."""
-    sync_tree(step, publish=False)
-    nodes = tree_nodes(step.forest.state)
+    """Answer a page of the tree as it stands."""
+    nodes = tree_nodes(step.conversation.tree)
     start = max(0, query.offset)
     end = start + max(1, min(query.limit, TREE_PAGE_MAX))
     # The version counts what this decision is about to save.
-    step.reply(TreeView(session_id=step.session_id, cursor=step.mirror.cursor,
+    step.reply(TreeView(session_id=step.session_id, cursor=step.conversation.cursor,
                         nodes=nodes[start:end], offset=start, total=len(nodes),
-                        version=step.forest.version))
+                        version=step.session.version))
 
 
 def stand_at(step: Step, node_id: str, history: list[Turn], reason: str) -> None:
-    """Record that the session stands at ``node_id`` with ``history`` (the path to it),
-    and put the tree's cursor on exactly that node."""
+    """Record that the session stands at ``node_id`` with ``history`` (the path to it):
+    the tree's cursor is exactly that node."""
     step.session.move_to(node_id=node_id, history=history, reason=reason)
-    step.mirror.stand_at(node_id, step.root_prompt(), step.session.history)
+
+
+def _alter(step: Step, operation: str, node_id: str, planned: Planned) -> str:
+    """Record what the user's ``operation`` on ``node_id`` changes (nothing when it
+    changes nothing); returns the node it ends at."""
+    if planned.changes:
+        step.session.alter_tree(operation=operation, node_id=node_id,
+                                result_id=planned.node_id, changes=planned.changes)
+    return planned.node_id
 
 
 def busy(step: Step, what: str) -> ErrorReply | None:
@@ -82,7 +87,6 @@ def _between_turns(step: Step) -> bool:
     if refusal is not None:
         step.reply(refusal)
         return False
-    sync_tree(step, publish=False)
     return True
 
 
@@ -106,11 +110,12 @@ def move(step: Step, message: BranchTo | EditNode) -> None:
     if not _between_turns(step):
         return
     try:
-        node_id = resolve_node(step.forest.state, message.node_id)
+        tree = step.conversation.tree
+        node_id = resolve_node(tree, message.node_id)
         if isinstance(message, EditNode):
             # An edit that was made stays, even if no session can stand there.
-            node_id = step.forest.edit(node_id, message.text)
-        history = history_at(step.forest.state, node_id)
+            node_id = _alter(step, "edit", node_id, tree.plan_edit(node_id, message.text))
+        history = history_at(tree, node_id)
     except (LookupError, ForestError) as exc:
         step.reply(ErrorReply(error="tree", reason=str(exc)))
         return
@@ -127,19 +132,19 @@ def change_tree(step: Step, message: TreeCommand) -> None:
     history and the tree keep agreeing."""
     if not _between_turns(step):
         return
-    forest, state = step.forest, step.forest.state
-    cursor = step.mirror.cursor
+    state = step.conversation.tree
+    cursor = step.conversation.cursor
     on_path = {node.id for node in state.path(cursor)} if cursor else set()
     resplit = False
     try:
         if isinstance(message, BookmarkNode):
             if message.remove:
                 node_id = state.bookmarks.get(message.name, "")
-                forest.remove_bookmark(message.name)
+                _alter(step, "unbookmark", node_id, state.plan_remove_bookmark(message.name))
                 detail = f"bookmark {message.name!r} removed"
             else:
                 node_id = resolve_node(state, message.node_id)
-                forest.bookmark(message.name, node_id)
+                _alter(step, "bookmark", node_id, state.plan_bookmark(message.name, node_id))
                 detail = f"bookmark {message.name!r} names {node_id[:8]}"
         elif isinstance(message, DeleteNode):
             node_id = resolve_node(state, message.node_id)
@@ -148,14 +153,14 @@ def change_tree(step: Step, message: TreeCommand) -> None:
                     f"session {step.session.name} stands at {node_id[:8]} or below it; "
                     "move it elsewhere first (tether branch), then delete")
             gone = 1 + (len(state.descendants(node_id)) if message.mode == "cascade" else 0)
-            forest.delete(node_id, message.mode)
+            _alter(step, "delete", node_id, state.plan_delete(node_id, message.mode))
             detail = (f"deleted {node_id[:8]}" + (
                 f" and the {gone - 1} node{'s' if gone != 2 else ''} under it"
                 if gone > 1 else "") + (
                 "; its children took its place" if message.mode == "reparent" else ""))
         else:
             split = resolve_node(state, message.node_id)
-            node_id = forest.split(split, message.position)
+            node_id = _alter(step, "split", split, state.plan_split(split, message.position))
             resplit = split in on_path
             detail = (f"split {split[:8]}: {node_id[:8]} holds its first "
                       f"{message.position} characters, {split[:8]} the rest")
@@ -164,7 +169,7 @@ def change_tree(step: Step, message: TreeCommand) -> None:
         return
     if resplit:
         try:
-            history = history_at(forest.state, cursor)
+            history = history_at(state, cursor)
         except (LookupError, ForestError) as exc:  # the split stands; the session too
             step.reply(ErrorReply(error="tree", reason="split, but the session's history "
                                   f"could not be read back from the tree: {exc}"))

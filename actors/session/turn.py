@@ -24,7 +24,7 @@ from tether.actors.session.effects import CallModel, CancelModel, Compact, ReadW
 from tether.actors.session.inputs import ModelDelta, WorkspaceRead
 from tether.actors.session.state import Phase, PlanTracker
 from tether.actors.session.step import Step, log
-from tether.actors.session.tree import sync_tree
+from tether.actors.session.tree import publish_placed
 from tether.events.messages import (
     AssistantNode,
     BarrierCheck,
@@ -94,9 +94,7 @@ def next_call(step: Step) -> None:
 
 
 def build(step: Step) -> ModelRequest:
-    """The next call's request from the history (mirrored into the tree first)."""
-    sync_tree(step)
-    step.turn.alt_parent = step.mirror.cursor
+    """The next call's request from the history."""
     history = step.session.history
     gen = step.turn.gen
     no_tools = gen is not None and not gen.tools
@@ -273,9 +271,9 @@ def _commit_alternative(step: Step, done: MessageDone) -> None:
     """Another completion: its own branch under the node the first one answers."""
     turn = step.turn
     content = [_redact_block(step, b) for b in done.content]
-    node = step.forest.append(turn.alt_parent, "assistant", content)
+    node = step.conversation.tree.plan_append(turn.alt_parent, "assistant", content).node_id
     step.session.add_alternative(content=content, stop_reason=done.stop_reason,
-                                 usage=done.usage, node_id=node)
+                                 usage=done.usage, node_id=node, parent_id=turn.alt_parent)
     _add_usage(step, done.usage)
     if _over_budget(step):
         return
@@ -300,9 +298,12 @@ def _commit_message(step: Step) -> None:
         usage=done.usage, generation=turn.generation)
     _add_usage(step, done.usage)
     turn.rounds += 1
+    # Further completions answer what this call answered: the node before the reply's
+    # (set when the reply is placed; a reply with nothing to place leaves the cursor there).
+    turn.alt_parent = step.conversation.cursor
     if _over_budget(step):
         return
-    sync_tree(step)
+    publish_placed(step)
     said = "".join(b.text for b in done.content if isinstance(b, TextBlock)).strip()
     if said:
         turn.plan.streamed = step.env.redactor.text(said)

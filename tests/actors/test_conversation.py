@@ -4,20 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tether.actors.conversation import (
-    TreeMirror,
-    complete_messages,
-    history_at,
-    locate,
-    node_text,
-    render_tree,
-    resolve_node,
-    tree_nodes,
-)
+from tether.actors.conversation import history_at, node_text, render_tree, resolve_node, tree_nodes
 from tether.actors.model.context import shape_messages
+from tether.events.conversation import Conversation, Turn, complete_messages, locate
 from tether.events.forest import Forest, ForestState, Node, message_key
 from tether.events.messages import TextBlock, ToolResultBlock, ToolUseBlock
-from tether.events.session import Turn
 
 
 def user(text: str) -> Turn:
@@ -34,7 +25,7 @@ RESULT = Turn("user", [ToolResultBlock("t1", "a.py", False)])
 
 def test_sync_appends_only_what_is_new_and_reports_it() -> None:
     forest = Forest(session_id="s1")
-    mirror = TreeMirror(forest)
+    mirror = Conversation(tree=forest.state)
     history = [user("hi"), assistant("hello")]
     placed = mirror.sync("prompt", history)
     assert [t for _, _, t in placed] == history
@@ -49,10 +40,11 @@ def test_sync_appends_only_what_is_new_and_reports_it() -> None:
 
 def test_a_rewritten_history_shares_the_path_as_far_as_it_agrees() -> None:
     forest = Forest(session_id="s1")
-    mirror = TreeMirror(forest)
+    mirror = Conversation(tree=forest.state)
     mirror.sync("prompt", [user("hi"), assistant("hello"), user("one")])
     first_cursor = mirror.cursor
-    # A new list (as a compaction or a branch makes) with a different last message.
+    # A history rewritten (as a compaction makes) with a different last message.
+    mirror.rewritten()
     mirror.sync("prompt", [user("hi"), assistant("hello"), user("two")])
     assert mirror.cursor != first_cursor
     hello = next(n for n in forest.state.nodes.values() if n.text == "hello")
@@ -64,7 +56,7 @@ def test_a_rewritten_history_shares_the_path_as_far_as_it_agrees() -> None:
 
 def test_an_empty_history_makes_no_root() -> None:
     forest = Forest(session_id="s1")
-    mirror = TreeMirror(forest)
+    mirror = Conversation(tree=forest.state)
     history: list[Turn] = []
     assert mirror.sync("prompt", history) == [] and mirror.cursor == ""
     assert forest.roots() == []
@@ -75,7 +67,7 @@ def test_an_empty_history_makes_no_root() -> None:
 
 def test_history_at_refuses_roots_and_unanswered_calls() -> None:
     forest = Forest(session_id="s1")
-    mirror = TreeMirror(forest)
+    mirror = Conversation(tree=forest.state)
     placed = mirror.sync("prompt", [user("hi"), CALL, RESULT, assistant("done")])
     ids = [node for node, _, _ in placed]
     assert history_at(forest.state, ids[2]) == [user("hi"), CALL, RESULT]
@@ -87,7 +79,7 @@ def test_history_at_refuses_roots_and_unanswered_calls() -> None:
 
 def test_resolve_node_by_id_prefix_or_bookmark() -> None:
     forest = Forest(session_id="s1")
-    mirror = TreeMirror(forest)
+    mirror = Conversation(tree=forest.state)
     placed = mirror.sync("prompt", [user("hi"), assistant("hello")])
     node = placed[1][0]
     forest.bookmark("good", node)
@@ -115,8 +107,9 @@ def test_node_text_and_the_rendered_tree() -> None:
         "2 tool results (1 failed)")
     assert node_text([TextBlock("word " * 100)], limit=20) == "word word word word…"
     forest = Forest(session_id="s1")
-    mirror = TreeMirror(forest)
+    mirror = Conversation(tree=forest.state)
     mirror.sync("prompt", [user("hi"), assistant("hello")])
+    mirror.rewritten()
     mirror.sync("prompt", [user("hi"), assistant("howdy")])
     forest.bookmark("alt", mirror.cursor)
     nodes = tree_nodes(forest.state)
@@ -143,7 +136,7 @@ def test_node_text_and_the_rendered_tree() -> None:
 
 def test_locate_finds_the_cursor_without_changing_the_tree() -> None:
     forest = Forest(session_id="s1")
-    mirror = TreeMirror(forest)
+    mirror = Conversation(tree=forest.state)
     history = [user("hi"), CALL, RESULT, assistant("done")]
     mirror.sync("prompt", history)
     forest.collect_events()
@@ -167,7 +160,7 @@ def sent(history: list[Turn]) -> list[tuple[str, str]]:
 
 def test_an_edit_sharing_a_prefix_sends_each_branch_as_one_message() -> None:
     forest = Forest(session_id="s1")
-    mirror = TreeMirror(forest)
+    mirror = Conversation(tree=forest.state)
     placed = mirror.sync("prompt", [user("what colour is the sky"), assistant("blue")])
     question, blue = placed[0][0], placed[1][0]
     edited = forest.edit(question, "what colour is the grass")
@@ -185,27 +178,28 @@ def test_an_edit_sharing_a_prefix_sends_each_branch_as_one_message() -> None:
 
 def test_a_split_reads_back_as_the_message_it_was() -> None:
     forest = Forest(session_id="s1")
-    mirror = TreeMirror(forest)
+    mirror = Conversation(tree=forest.state)
     placed = mirror.sync("prompt", [user("hello  world"), assistant("hi"), user("more")])
     forest.split(placed[0][0], 6)
     history = history_at(forest.state, placed[2][0])
     assert [t.continues for t in history] == [False, True, False, False]
     assert sent(history) == [("user", "hello  world"), ("assistant", "hi"), ("user", "more")]
-    # mirroring that history again (a rewritten list) finds the same nodes: nothing new
+    # mirroring that history again (rewritten) finds the same nodes: nothing new
     before = len(forest.state.nodes)
-    mirror.sync("prompt", list(history))
+    mirror.rewritten()
+    mirror.sync("prompt", history)
     assert mirror.cursor == placed[2][0] and len(forest.state.nodes) == before
 
 
 def test_a_fork_re_appends_continuations_into_its_new_tree() -> None:
     source = Forest(session_id="s1")
-    mirror = TreeMirror(source)
+    mirror = Conversation(tree=source.state)
     placed = mirror.sync("prompt", [user("what colour is the sky"), assistant("blue")])
     edited = source.edit(placed[0][0], "what colour is the grass")
     history = history_at(source.state, edited)
 
     fork = Forest(session_id="s2")
-    fork_mirror = TreeMirror(fork)
+    fork_mirror = Conversation(tree=fork.state)
     fork_mirror.sync("prompt", history)
     assert [n.continues for n in fork.path(fork_mirror.cursor)] == [False, False, True]
     assert history_at(fork.state, fork_mirror.cursor) == history
@@ -218,7 +212,7 @@ def test_a_fork_re_appends_continuations_into_its_new_tree() -> None:
 
 def test_a_continuation_that_cannot_continue_is_mirrored_plain() -> None:
     forest = Forest(session_id="s1")
-    mirror = TreeMirror(forest)
+    mirror = Conversation(tree=forest.state)
     # after a tool result (or first of all) there is no text to go on from
     history = [Turn("user", [TextBlock("hi")], True), CALL, RESULT,
                Turn("user", [TextBlock("and")], True)]
@@ -233,34 +227,36 @@ CALLS = Turn("assistant", [ToolUseBlock("t1", "ls", {}), ToolUseBlock("t2", "cat
 
 def test_sync_leaves_out_an_unfinished_message_of_results_and_mirrors_it_later() -> None:
     forest = Forest(session_id="s1")
-    mirror = TreeMirror(forest)
+    mirror = Conversation(tree=forest.state)
     results = Turn("user", [ToolResultBlock("t1", "a.py", False)])
     history = [user("look"), CALLS, results]
     assert complete_messages(history) == 2
-    placed = mirror.sync("prompt", history, complete=complete_messages(history))
+    placed = mirror.sync("prompt", history)
     assert [t for _, _, t in placed] == [user("look"), CALLS]
     call_node = mirror.cursor
-    # a tree query in the meantime with a smaller count changes nothing
-    assert mirror.sync("prompt", history, complete=1) == [] and mirror.cursor == call_node
+    assert mirror.sync("prompt", history) == [] and mirror.cursor == call_node
 
     results.content.append(ToolResultBlock("t2", "text", False))  # the same message, whole
     assert complete_messages(history) == 3
-    placed = mirror.sync("prompt", history, complete=complete_messages(history))
+    placed = mirror.sync("prompt", history)
     assert [(p, t) for _, p, t in placed] == [(call_node, results)]
     assert forest.node(mirror.cursor).content == tuple(results.content)
     history.append(assistant("done"))
-    placed = mirror.sync("prompt", history)  # None: all of it, only the new message
+    placed = mirror.sync("prompt", history)  # only the new message
     assert [t for _, _, t in placed] == [assistant("done")]
     assert len(forest.state.nodes) == 5  # root, look, calls, results, done: nothing twice
     assert history_at(forest.state, mirror.cursor) == history
 
 
-def test_sync_with_nothing_complete_makes_no_root() -> None:
+def test_sync_without_a_system_prompt_makes_no_root() -> None:
     forest = Forest(session_id="s1")
-    mirror = TreeMirror(forest)
+    mirror = Conversation(tree=forest.state)
     history = [user("hi")]
-    assert mirror.sync("prompt", history, complete=0) == [] and forest.roots() == []
+    assert mirror.sync("", history) == [] and forest.roots() == []
     assert len(mirror.sync("prompt", history)) == 1
+    # What syncs placed is gathered until it is taken (the session's core publishes it).
+    assert [t for _, _, t in mirror.take_placed()] == [user("hi")]
+    assert mirror.take_placed() == []
 
 
 # --- standing at a chosen node -------------------------------------------------------------
@@ -277,7 +273,7 @@ def test_stand_at_keeps_the_chosen_node_among_identical_siblings() -> None:
         "user", forest.node(first).content)
 
     history = history_at(forest.state, twin)
-    mirror = TreeMirror(forest)
+    mirror = Conversation(tree=forest.state)
     assert mirror.stand_at(twin, "prompt", history) == twin
     history.append(assistant("answer"))
     placed = mirror.sync("prompt", history)
@@ -289,7 +285,7 @@ def test_stand_at_keeps_the_chosen_node_among_identical_siblings() -> None:
 
 def test_stand_at_refuses_a_history_that_is_not_the_path() -> None:
     forest = Forest(session_id="s1")
-    mirror = TreeMirror(forest)
+    mirror = Conversation(tree=forest.state)
     placed = mirror.sync("prompt", [user("hi"), assistant("hello")])
     with pytest.raises(ValueError, match="not the path"):
         mirror.stand_at(placed[1][0], "prompt", [user("hi")])
@@ -299,7 +295,7 @@ def test_stand_at_refuses_a_history_that_is_not_the_path() -> None:
 
 def test_stand_at_under_another_root_mirrors_under_the_prompts_root() -> None:
     forest = Forest(session_id="s1")
-    mirror = TreeMirror(forest)
+    mirror = Conversation(tree=forest.state)
     placed = mirror.sync("old prompt", [user("hi"), assistant("hello")])
     history = history_at(forest.state, placed[1][0])
     cursor = mirror.stand_at(placed[1][0], "new prompt", history)
@@ -332,7 +328,7 @@ def test_history_at_checks_every_call_on_the_path() -> None:
 def test_render_tree_draws_connectors_at_branch_points() -> None:
     """The example of render_tree's docstring."""
     forest = Forest(session_id="s1")
-    mirror = TreeMirror(forest)
+    mirror = Conversation(tree=forest.state)
     placed = mirror.sync("be brief", [user("what colour is the sky"), assistant("blue"),
                                       user("thanks")])
     grass = forest.edit(placed[0][0], "what colour is the grass")

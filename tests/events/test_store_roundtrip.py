@@ -13,6 +13,7 @@ from eventsourcing.domain import Aggregate, event
 from eventsourcing.persistence import StoredEvent
 
 from tether.events.application import TetherApplication
+from tether.events.forest import SetBookmark
 from tether.events.messages import TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from tether.events.sandbox import SandboxLimits, SandboxProfile
 from tether.events.session import Session, Turn, interrupted_result, session_uuid
@@ -72,6 +73,10 @@ def full_session(sid: str = "abc123") -> Session:
                                usage=Usage(input_tokens=200, output_tokens=15), generation=3)
     s.complete_turn(rounds=2, usage=Usage(input_tokens=320, output_tokens=45), cost_usd=0.0123,
                     stop="end_turn")
+    done = s.conversation.cursor
+    s.alter_tree(operation="bookmark", node_id=done, result_id=done,
+                 changes=[SetBookmark("fixed", done)])
+    s.import_tree(tree=s.conversation.tree)
     s.queue_user_message(text="and the logout", channel="web", user="ana")
     s.add_ttsr_reminder(rules=["no-rm"], reminder="Remember: never delete the root.")
     s.fail_turn(error="provider timed out", kind="provider")
@@ -98,7 +103,7 @@ SESSION_EVENT_NAMES = {
     "BudgetExhausted", "Forked", "SystemPromptSet", "ToolsLoaded",
     "ProviderRetried", "TitleSet", "HistoryCompacted", "MemoryFlushed", "CompactionFailed",
     "MovedTo", "GenerationStarted", "AlternativeGenerated", "AlternativeDropped",
-    "StreamUnchecked", "ToolCallStarted", "ToolCallInterrupted",
+    "StreamUnchecked", "ToolCallStarted", "ToolCallInterrupted", "TreeAltered", "TreeImported",
 }
 
 
@@ -121,7 +126,7 @@ def test_session_reloaded_from_store_equals_original(app: TetherApplication) -> 
 
     assert loaded is not None
     assert loaded == original
-    assert loaded.version == 45
+    assert loaded.version == 47
     assert loaded.status == "completed"
     assert (loaded.turns, loaded.input_tokens, loaded.output_tokens) == (2, 320, 45)
     assert loaded.cost_usd == pytest.approx(0.0123)
@@ -157,7 +162,7 @@ def test_events_come_back_typed(app: TetherApplication) -> None:
 
     events = app.session_events("abc123")
 
-    assert [e.originator_version for e in events] == list(range(1, 46))
+    assert [e.originator_version for e in events] == list(range(1, 48))
     for e in events:
         assert isinstance(e.originator_id, uuid.UUID)
         assert e.originator_id == session_uuid("abc123")
@@ -180,7 +185,7 @@ def test_stored_state_is_json(app: TetherApplication) -> None:
 
     stored = app.recorder.select_events(session_uuid("abc123"))
 
-    assert len(stored) == 45
+    assert len(stored) == 47
     states = [(s.topic.rsplit(".", 1)[-1], json.loads(s.state)) for s in stored]
     by_topic: dict[str, Any] = {}
     for name, state in states:
@@ -304,6 +309,6 @@ def test_state_round_trip_through_msgspec_is_stable(app: TetherApplication) -> N
 
     again = app.session("s2")
     assert again is not None
-    assert again.version == 46
+    assert again.version == 48
     assert again.history[-1] == Turn("user", [TextBlock("again")])
     assert msgspec.json.encode(again.history) == msgspec.json.encode(loaded.history)

@@ -1,5 +1,5 @@
 """The conversation tree and the generation engine, through a running engine: every
-message mirrored into the session's Forest, generation events in order on the session's
+message mirrored into the session's tree, generation events in order on the session's
 event subject, branch/edit/generate/fork at a node from the bus and the command line, and
 a kill's single error. The session's own decisions about generations (several
 completions, the tool-iteration and round limits, a stop, the tree mid-turn) are tested
@@ -16,10 +16,11 @@ import pytest
 
 from tests.conftest import Engine
 from tests.helpers import say, tether_cli, wait_until
-from tether.actors.conversation import render_tree
+from tether.actors.conversation import render_tree, tree_nodes
 from tether.actors.runtime import RemoteError, ask
 from tether.adapters.host import Host
 from tether.events.codec import Decoder
+from tether.events.forest import Forest
 from tether.events.messages import (
     Accepted,
     AnyGenerationEvent,
@@ -31,10 +32,13 @@ from tether.events.messages import (
     Generate,
     GenerationDone,
     GenerationError,
+    TextBlock,
     ToolResultNode,
     TreeQuery,
     TreeView,
+    Usage,
 )
+from tether.events.session import Session
 
 ME = getpass.getuser()
 """The command line's principal: its tree commands act on the sessions it owns."""
@@ -128,9 +132,12 @@ def test_generation_events_come_in_order_and_the_tree_mirrors_the_session(
     assert lines[1].startswith("| ") and "look around" in lines[1]
     assert "calls list_dir()" in lines[2] and "1 tool result" in lines[3]
 
-    # The tree is stored: a new engine reading the store sees the same nodes.
-    forest = host.app.forest(sid)
-    assert forest is not None and len(forest.state.nodes) == 5
+    # The tree is derived from the session's stored events: reading the store gives the
+    # same nodes, and no Forest of its own is recorded.
+    stored = host.app.tree(sid)
+    assert stored is not None and stored[1] == view.cursor
+    assert [n.node_id for n in tree_nodes(stored[0])] == [n.node_id for n in view.nodes]
+    assert host.app.forest(sid) is None
 
 
 def test_edit_branches_generate_answers_and_branch_goes_back(
@@ -358,10 +365,9 @@ def test_split_delete_and_bookmarks_from_the_command_line(
     gone = tether("bookmark", sid, "start", "--remove")
     assert gone.returncode == 0, gone.stderr
     assert tether("branch", sid, "start").returncode != 0
-    from tether.events.forest import forest_uuid
-
-    stored = {type(e).__name__ for e in host.app.events.get(forest_uuid(sid))}
-    assert {"Split", "Deleted", "Bookmarked", "BookmarkRemoved"} <= stored
+    stored = [e.operation for e in host.app.session_events(sid)
+              if isinstance(e, Session.TreeAltered)]
+    assert {"split", "delete", "bookmark", "unbookmark"} <= set(stored)
 
 
 def test_a_kill_mid_stream_ends_the_generation_with_one_aborted_error(
@@ -392,3 +398,36 @@ def test_a_kill_mid_stream_ends_the_generation_with_one_aborted_error(
     say(host, "a short one then", sid)
     again = watcher.until_end()
     assert {e.turn for e in again} == {events[0].turn + 1}
+
+
+def test_a_session_stored_with_a_forest_imports_its_tree_when_its_actor_first_runs(
+    engine: Callable[..., Engine],
+) -> None:
+    """The upgrade: a session stored before sessions kept their own tree recorded it in a
+    Forest aggregate; its actor imports that tree once, so no edit made in it is lost."""
+    host, _, _ = engine()
+    sid, owner = "legacy01", ME
+    session = Session(session_id=sid, name="an-older-session", workspace="/tmp", model="m",
+                      channel="test", owner=owner, keeps_tree=False)
+    session.set_system_prompt(text="an older prompt")
+    session.receive_user_message(text="what colour is the sky", channel="test", user=owner)
+    session.append_assistant_message(content=[TextBlock("blue")], stop_reason="end_turn",
+                                     usage=Usage(1, 1), generation=1)
+    session.complete_turn(rounds=1, usage=Usage(1, 1), cost_usd=0.0, stop="end_turn")
+    forest = Forest(session_id=sid)
+    root = forest.root_for("an older prompt")
+    asked = forest.append(root, "user", [TextBlock("what colour is the sky")])
+    answered = forest.append(asked, "assistant", [TextBlock("blue")])
+    sea = forest.append(root, "user", [TextBlock("what colour is the sea")])  # a branch
+    forest.bookmark("sea", sea)  # neither is in the session's history
+    host.app.save(session, forest)
+    assert host.app.tree(sid) == (forest.state, answered)  # read from the Forest until then
+
+    view = tree(host, sid)  # its actor starts, and imports the tree
+    assert view.cursor == answered
+    assert {n.node_id: n.bookmarks for n in view.nodes}[sea] == ["sea"]
+    assert names(host, sid).count("TreeImported") == 1
+    stored = host.app.tree(sid)
+    assert stored is not None and stored[0] == forest.state and stored[1] == answered
+    tree(host, sid)
+    assert names(host, sid).count("TreeImported") == 1  # once

@@ -30,9 +30,10 @@ from tether.actors.session.effects import (
 )
 from tether.actors.session.inputs import Continued, ModelDelta, PlanRead, WorkspaceRead
 from tether.adapters.tools import BuiltinTools
-from tether.events.forest import Forest
 from tether.events.messages import (
     BarrierResult,
+    Branched,
+    BranchTo,
     ContentBlock,
     TextBlock,
     ToolUseBlock,
@@ -41,6 +42,7 @@ from tether.events.messages import (
     Verdict,
 )
 from tether.events.session import Session
+from tether.events.stamping import stamped
 from tether.events.subjects import Subjects
 
 SID = "s1"
@@ -78,20 +80,20 @@ class Core:
 
     def __init__(self, config: SessionConfig | None = None, *, multi_turn: bool = True,
                  budget_usd: float = 0.0, workspace: str = "/work/ws",
-                 texts: WorkspaceTexts | None = None) -> None:
+                 texts: WorkspaceTexts | None = None, keeps_tree: bool = True) -> None:
         self.now = NOW
         self.texts = texts or WorkspaceTexts()
         self.plan_text: str | None = None
-        session = Session(session_id=SID, name="demo", workspace=workspace, model="m",
-                          channel="term", multi_turn=multi_turn, budget_usd=budget_usd,
-                          owner=OWNER)
-        session.collect_events()
-        forest = Forest(session_id=SID)
-        forest.collect_events()
+        with stamped(self.now):
+            session = Session(session_id=SID, name="demo", workspace=workspace, model="m",
+                              channel="term", multi_turn=multi_turn, budget_usd=budget_usd,
+                              owner=OWNER, keeps_tree=keeps_tree)
+        self.created = session.collect_events()
+        """The session's first event, as the manager's actor records it."""
         env = Env(session_id=SID, config=config or SessionConfig(model="claude-sonnet-4-5"),
                   subjects=Subjects(), redactor=Redactor(), tools=BuiltinTools(),
                   snapshots=True)
-        self.state = State.of(env, session, forest, self.now)
+        self.state = State.of(env, session, self.now)
         self.log: list[Any] = []
         """Every event recorded so far."""
 
@@ -211,3 +213,11 @@ def calls_model(fed: Fed) -> bool:
 
 def runs(fed: Fed) -> list[RunTool]:
     return fed.of(RunTool)
+
+
+def branch_back(core: Core, messages: int = 1) -> None:
+    """Move the session ``messages`` messages up its path, as ``tether branch`` does."""
+    conversation = core.session.conversation
+    node = conversation.tree.path(conversation.cursor)[-1 - messages].id
+    fed = core.feed(BranchTo(session_id=SID, node_id=node, user=OWNER))
+    assert fed.sent(Branched), fed.effects

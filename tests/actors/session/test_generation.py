@@ -3,7 +3,7 @@ that tell them, and the tree they leave."""
 
 from __future__ import annotations
 
-from tests.actors.session.driver import SID, Core, Fed, eager
+from tests.actors.session.driver import SID, Core, Fed, branch_back, eager
 from tether.actors.ports import ToolOutput
 from tether.actors.session import Phase
 from tether.actors.session.effects import CallModel, RunTool
@@ -36,8 +36,7 @@ def run_round(core: Core, call: ToolUseBlock) -> Fed:
 
 
 def back_to_the_question(core: Core) -> None:
-    core.session.move_to(node_id="", history=core.session.history[:1], reason="test")
-    core.session.collect_events()
+    branch_back(core, len(core.session.history) - 1)
 
 
 def test_n_tool_iterations_allow_n_model_calls_then_a_typed_error() -> None:
@@ -103,8 +102,7 @@ def test_completions_without_tools_over_tool_calls_define_them_and_choose_none()
     core.answer("Looked.")
     core.say("summarize")
     core.answer("Done.")
-    core.session.move_to(node_id="", history=core.session.history[:-1], reason="test")
-    core.session.collect_events()
+    branch_back(core)
     fed = core.feed(Generate(session_id=SID, n=2, tools=False))
     (call,) = fed.of(CallModel)
     assert call.request.tool_choice == {"type": "none"}

@@ -3,7 +3,7 @@ stored as messages, never sent to the model), and requests to generate."""
 
 from __future__ import annotations
 
-from tests.actors.session.driver import SID, Core, calls_model
+from tests.actors.session.driver import SID, Core, branch_back, calls_model
 from tether.actors.session import Phase, SessionConfig
 from tether.actors.session.effects import CallModel, ResolveDir
 from tether.actors.session.inputs import DirResolved
@@ -86,8 +86,7 @@ def test_generate_answers_the_history_without_a_new_message() -> None:
     core.answer("hi")
     refused = core.feed(Generate(session_id=SID))
     assert refused.sent(ErrorReply)[0].error == "generate_refused"  # stands at the reply
-    core.session.move_to(node_id="", history=core.session.history[:1], reason="test")
-    core.session.collect_events()
+    branch_back(core)
     fed = core.feed(Generate(session_id=SID))
     assert fed.recorded(Session.GenerationStarted) and calls_model(fed)
 
@@ -96,8 +95,7 @@ def test_n_completions_each_become_a_branch_and_done_names_them_all() -> None:
     core = Core(SessionConfig(model="m"))
     core.say("hello")
     core.answer("one")
-    core.session.move_to(node_id="", history=core.session.history[:1], reason="test")
-    core.session.collect_events()
+    branch_back(core)
     started = core.feed(Generate(session_id=SID, n=2, tools=False))
     first = core.answer("first")
     # The second completion is of the very request the first answered.

@@ -6,6 +6,9 @@ from __future__ import annotations
 from tests.actors.session.driver import SID, Core
 from tether.actors.session import Phase
 from tether.actors.session.effects import CallModel, RestoreFiles
+from tether.actors.session.inputs import Recovered
+from tether.events.application import TetherApplication
+from tether.events.forest import Forest
 from tether.events.messages import (
     BookmarkNode,
     Branched,
@@ -114,3 +117,64 @@ def test_undo_between_turns_asks_the_shell_to_restore_beneath_the_workspace() ->
     core = two_turns()
     (restore,) = core.feed(UndoFiles(session_id=SID, to_version=3)).of(RestoreFiles)
     assert (restore.to_version, restore.root) == (3, "/work/ws")
+
+
+# --- kept once: the tree is derived from the session's own events --------------------------
+
+
+def replayed(core: Core) -> Session:
+    """The session rebuilt from its recorded events alone, through the store's encoding."""
+    mapper = TetherApplication(env={"PERSISTENCE_MODULE": "eventsourcing.popo"}).mapper
+    session: Session | None = None
+    for event in [*core.created, *core.log]:
+        session = mapper.to_domain_event(mapper.to_stored_event(event)).mutate(session)
+    assert session is not None
+    return session
+
+
+def test_every_tree_change_replays_from_the_session_s_events_alone() -> None:
+    core = two_turns()
+    first = node_of(core, "first question")
+    core.feed(BookmarkNode(session_id=SID, node_id=first, name="start", user="alice"))
+    core.feed(SplitNode(session_id=SID, node_id=node_of(core, "second question"),
+                        position=7, user="alice"))
+    core.feed(EditNode(session_id=SID, node_id=node_of(core, "first answer"),
+                       text="first reply", user="alice"))
+    core.feed(BranchTo(session_id=SID, node_id="start", user="alice"))
+    assert core.feed(Generate(session_id=SID, n=2, tools=False)).of(CallModel)
+    core.answer("one")
+    core.answer("two")
+    core.feed(DeleteNode(session_id=SID, node_id=node_of(core, "second answer"),
+                         mode="cascade", user="alice"))
+    live = core.session.conversation
+    assert live.tree.bookmarks == {"start": first}
+    assert [n.text for n in live.tree.children(first)] == ["first ", "one", "two"]
+    assert "second answer" not in {n.text for n in live.tree.nodes.values()}
+    assert {"edit", "split", "bookmark", "delete"} <= {
+        e.operation for e in core.log if isinstance(e, Session.TreeAltered)}
+    again = replayed(core).conversation
+    assert again.tree == live.tree and again.cursor == live.cursor
+    # No message's text is recorded twice: the tree's changes carry only what the
+    # history does not (the edit's new text, the split's parts, a bookmark).
+    assert not any(type(e).__module__.endswith("forest") for e in core.log)
+
+
+def test_a_session_stored_with_a_forest_imports_it_once_and_goes_on_from_it() -> None:
+    core = Core(keeps_tree=False)  # as stored before sessions kept their tree
+    legacy = Forest(session_id=SID)
+    root = legacy.root_for("an older prompt")
+    asked = legacy.append(root, "user", [TextBlock("what colour is the sky")])
+    edited = legacy.edit(asked, "what colour is the sea")
+    legacy.bookmark("sea", edited)
+    fed = core.feed(Recovered(stored_tree=legacy.state))
+    (imported,) = fed.recorded(Session.TreeImported)
+    assert imported.tree == legacy.state and core.session.keeps_tree
+    core.say("hello")
+    core.answer("hi")
+    tree = core.session.conversation.tree
+    assert tree.bookmarks == {"sea": edited}  # the edit made before stays
+    # New nodes count on from where the Forest stopped: no id is minted twice.
+    assert set(legacy.state.nodes) < set(tree.nodes)
+    assert [n.text for n in tree.path(core.session.conversation.cursor)][1:] == ["hello", "hi"]
+    again = replayed(core)  # the import carries the whole tree
+    assert again.keeps_tree and again.conversation.tree == tree

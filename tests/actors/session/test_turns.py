@@ -24,8 +24,9 @@ from tether.events.messages import (
 def test_a_message_is_stored_then_the_workspace_read_then_the_model_called() -> None:
     core = Core(texts=WorkspaceTexts(identity="You are terse."))
     fed = core.say("hello")
-    assert fed.names() == ["UserMessageReceived", "StatusChanged", "SystemPromptSet",
-                           "RootCreated", "Appended"]
+    assert fed.names() == ["UserMessageReceived", "StatusChanged", "SystemPromptSet"]
+    # The message joins the tree with the reply to it, under the prompt it is sent with.
+    assert core.session.conversation.tree.nodes == {}
     assert [type(e) for e in fed.effects if type(e) in (ReadWorkspace, CallModel)] == [
         ReadWorkspace, CallModel]
     assert fed.sent(Accepted)
@@ -40,9 +41,8 @@ def test_the_reply_is_published_stored_and_the_turn_completed() -> None:
     core.say("hello")
     fed = core.answer("hi there")
     assert "".join(d.text for d in fed.sent(StreamDelta) if d.kind == "text") == "hi there"
-    # The session's record, then the reply mirrored into the conversation tree.
-    assert fed.names() == ["AssistantMessageAppended", "TurnCompleted", "WaitingForInput",
-                           "Appended"]
+    # The session's record; the conversation tree is derived from it, not recorded.
+    assert fed.names() == ["AssistantMessageAppended", "TurnCompleted", "WaitingForInput"]
     assert [d.stop for d in fed.sent(GenerationDone)] == ["end_turn"]
     assert core.session.history[-1].content == [TextBlock("hi there")]
     assert core.phase is Phase.IDLE
@@ -110,7 +110,10 @@ def test_a_rule_interrupts_the_stream_and_the_model_is_asked_again() -> None:
     fed = core.feed(Interrupt(session_id="s1", generation=core.generation, rules=["no-eval"],
                               reminder="Do not use eval.",
                               later=[Reminder(["style"], "Be brief.")]))
-    assert fed.names() == ["TtsrInterrupted", "Appended"]  # the reminder joins the tree
+    assert fed.names() == ["TtsrInterrupted"]
+    tree = core.session.conversation.tree  # the message and the reminder join the tree
+    assert [n.text for n in tree.path(core.session.conversation.cursor)][1:] == [
+        "hello", "Do not use eval."]
     assert fed.of(CancelModel) and calls_model(fed)
     assert core.session.history[-1].content == [TextBlock("Do not use eval.")]
     # Consecutive user messages are coalesced into one for the API.
