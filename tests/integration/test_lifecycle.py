@@ -1,4 +1,7 @@
-"""The session lifecycle: the active limit, names, resume, budgets, timers, shutdown."""
+"""The session lifecycle across the engine: the active limit, names, resume, shutdown,
+forks and the command line. What a session decides itself (how a turn's end leaves it,
+its budget, its timers, /stop) is tested on plain values in
+tests/actors/session/test_lifecycle.py."""
 
 from __future__ import annotations
 
@@ -11,8 +14,7 @@ import pytest
 
 from tests.conftest import Engine
 from tests.helpers import say, tether_cli, wait_until
-from tether.actors.ports import ManualClock
-from tether.actors.runtime import RemoteError, Tick, ask
+from tether.actors.runtime import RemoteError, ask
 from tether.adapters.host import Host
 from tether.events.messages import Accepted, Killed, KillSession, UserMessage
 
@@ -29,33 +31,6 @@ def statuses(host: Host, sid: str) -> list[tuple[str, str]]:
 
 def names(host: Host, sid: str) -> list[str]:
     return [type(e).__name__ for e in host.app.session_events(sid)]
-
-
-def tick(host: Host, clock: ManualClock, seconds: float) -> None:
-    """Move the clock and let the manager pass the time on to the sessions."""
-    clock.advance(seconds)
-    host.manager.ref.ask(Tick(), timeout=10)
-
-
-def test_multi_turn_sessions_stay_running_and_wait_for_input(
-    engine: Callable[..., Engine],
-    watch_channel: Callable[..., Any],
-) -> None:
-    host, _, _ = engine()
-    channel = watch_channel(host, "test")
-    sid = say(host, "hello there")
-    channel.wait_for("completed")
-    session = host.app.session(sid)
-    assert session is not None and session.status == "running" and session.waiting
-    assert statuses(host, sid) == [("running", "user message")]
-    waiting = [e.reason for e in host.app.session_events(sid)
-               if type(e).__name__ == "WaitingForInput"]
-    assert waiting == ["the turn is done"]
-
-    single = say_single(host, "one thing only")
-    channel.wait_for("completed")
-    assert statuses(host, single) == [("running", "user message"),
-                                      ("completed", "the turn is done")]
 
 
 def say_single(host: Host, text: str) -> str:
@@ -102,67 +77,6 @@ def test_a_session_is_found_by_name_and_a_finished_one_resumes(
     assert "fix the login bug" in str(llm.requests[-1]["messages"])
     with pytest.raises(RemoteError, match="no session 'nope'"):
         say(host, "hello", "nope")
-
-
-def test_going_over_the_budget_fails_the_session_and_says_so(
-    engine: Callable[..., Engine],
-    watch_channel: Callable[..., Any],
-) -> None:
-    script = """
-responses:
-  - blocks:
-      - text: "Reading."
-      - tool_use: {name: list_dir, input: {path: "."}}
-    usage: {input_tokens: 100000, output_tokens: 1000}
-"""
-    host, _, llm = engine(script, budget_usd=0.2)
-    channel = watch_channel(host, "test")
-    sid = say(host, "an expensive question")
-    failed = channel.wait_for("failed").text
-    assert "budget exhausted" in failed and "$0.20" in failed
-    session = host.app.session(sid)
-    assert session is not None and session.status == "failed" and session.budget_exhausted
-    assert len(llm.requests) == 1  # nothing more was asked, no tool ran
-    refused = [e.reason for e in host.app.session_events(sid)
-               if type(e).__name__ == "ToolCallRefused"]
-    assert refused and "budget is spent" in refused[0]
-    assert session.cost_usd == pytest.approx(0.315)  # the failed turn's cost counts
-    with pytest.raises(RemoteError, match="budget"):
-        say(host, "one more", sid)
-
-
-def test_the_idle_timeout_kills_and_the_safety_net_signals_once(
-    engine: Callable[..., Engine],
-    watch_channel: Callable[..., Any],
-) -> None:
-    script = """
-responses:
-  - match: "publish"
-    blocks:
-      - tool_use: {name: run_shell, input: {command: "git push origin main"}}
-"""
-    host, clock, _ = engine(script, idle_timeout=600.0, safety_net=15.0)
-    channel = watch_channel(host, "test")
-    quiet = say(host, "hello")
-    channel.wait_for("completed")
-    tick(host, clock, 599)
-    assert "killed" not in [s for s, _ in statuses(host, quiet)]
-    busy = say(host, "publish it")  # waits for an approval: no activity at all
-    channel.wait_for("approval")
-    tick(host, clock, 20)
-    assert channel.wait_for("status").text == "session killed: idle for 10 minutes"
-    assert statuses(host, quiet)[-1] == ("killed", "idle for 10 minutes")
-
-    def signals() -> list[str]:
-        return [e.reason for e in host.app.session_events(busy)
-                if type(e).__name__ == "WaitingForInput"]
-
-    wait_until(lambda: len(signals()) == 1, "the safety net")
-    tick(host, clock, 20)
-    say(host, "/status", busy)  # handled after the tick: the session had its chance
-    channel.wait_for("status")
-    assert signals() == ["nothing has happened for 15 s"]  # once
-    assert "killed" not in [s for s, _ in statuses(host, busy)]  # mid-turn: not idle
 
 
 def test_shutdown_kills_every_active_session_and_a_message_resumes_it(
@@ -288,35 +202,3 @@ def test_tether_kill_and_fork_talk_to_the_running_engine(
     assert statuses(host, sid)[-1] == ("killed", "enough stars")
     again = tether("kill", "count-stars")
     assert again.returncode == 1 and "no active session 'count-stars'" in again.stderr
-
-
-def test_stop_ends_the_running_turn_only(
-    engine: Callable[..., Engine],
-    watch_channel: Callable[..., Any],
-) -> None:
-    script = """
-responses:
-  - match: "long story"
-    chunk: 2
-    delay_ms: 30
-    blocks:
-      - text: "Once upon a time there was a very long story that took ages to tell."
-      - tool_use: {name: list_dir, input: {path: "."}}
-  - match: "something short"
-    blocks: [{text: "Short."}]
-"""
-    host, _, llm = engine(script)
-    channel = watch_channel(host, "test")
-    sid = say(host, "tell me a long story", user="ana")
-    channel.wait_for("stream")
-    say(host, "/stop", sid, user="ana")
-    assert channel.wait_for("failed").text == "the turn failed: stopped by ana"
-    session = host.app.session(sid)
-    assert session is not None and session.status == "running" and session.waiting
-    assert not any(type(e).__name__ in ("ToolCallProposed", "AssistantMessageAppended")
-                   for e in host.app.session_events(sid))  # nothing of it was kept or run
-    say(host, "now something short", sid, user="ana")
-    channel.wait_for("completed")
-    assert llm.requests[-1]["messages"][-1]["content"][-1]["text"].endswith("now something short")
-    say(host, "/stop", sid, user="ana")
-    assert channel.wait_for("status").text == "no turn is running"
