@@ -153,6 +153,9 @@ def test_a_kill_cancels_a_pending_plan_review() -> None:
     fed = core.feed(KillSession(session_id=SID, reason="enough"))
     (cancel,) = fed.sent(CancelInteractions)
     assert cancel.reason == "enough" and core.phase is Phase.IDLE
+    exit_call = [b for b in core.session.history[-1].content
+                 if isinstance(b, ToolResultBlock)][-1]
+    assert exit_call.is_error and "killed" in exit_call.content
 
 
 def test_clean_proceed_implements_with_a_fresh_context() -> None:
