@@ -11,8 +11,11 @@ tier that must decide.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-from tether.actors.gatekeeper.security.pipeline import Evaluation
+if TYPE_CHECKING:  # only a type here; importing it would start the gatekeeper's package,
+    # whose actor imports this module: a cycle when this module is imported first
+    from tether.actors.gatekeeper.security.pipeline import Evaluation
 
 PLAN_DIR = os.path.join(".tether", "plans")
 """Where plan files live, relative to the session's workspace."""
