@@ -58,10 +58,8 @@ def test_kill_mid_stream_stops_the_model_call(
     assert llm.completed == 0
     notice = channel.wait_for("status")
     assert notice.session_id == sid and "killed" in notice.text
-    names = _event_names(host, sid)
-    assert "AssistantMessageAppended" not in names
-    assert "TurnCompleted" not in names
-    assert names[-1] == "StatusChanged"
+    # The killed turn's end is told once, by the kill's notice, not as a failure.
+    assert not [m for m in channel.seen if m.kind == "failed"]
     # The session is gone from the manager: a second kill finds nothing.
     again = ask(host.bus, host.subjects.manager, KillSession(session_id=sid), Killed, 10)
     assert not again.found

@@ -221,3 +221,10 @@ def branch_back(core: Core, messages: int = 1) -> None:
     node = conversation.tree.path(conversation.cursor)[-1 - messages].id
     fed = core.feed(BranchTo(session_id=SID, node_id=node, user=OWNER))
     assert fed.sent(Branched), fed.effects
+
+
+def generation_events(*feds: Fed) -> list[Any]:
+    """The generation events the decisions published, in order."""
+    from tether.events.messages import GenerationEvent
+
+    return [m for fed in feds for m in fed.sent(GenerationEvent)]

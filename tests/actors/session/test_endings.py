@@ -7,8 +7,17 @@ import dataclasses
 
 import pytest
 
-from tests.actors.session.driver import SID, Core, Fed, approved_run, eager, read_call, runs
-from tether.actors.ports import Snapshot, ToolOutput
+from tests.actors.session.driver import (
+    SID,
+    Core,
+    Fed,
+    approved_run,
+    eager,
+    generation_events,
+    read_call,
+    runs,
+)
+from tether.actors.ports import Snapshot, TextDelta, ToolOutput
 from tether.actors.session import Phase, SessionConfig, decide
 from tether.actors.session.effects import (
     AskTitle,
@@ -23,6 +32,7 @@ from tether.actors.session.inputs import (
     CompactionDone,
     Continued,
     MemoryWritten,
+    ModelDelta,
     Recovered,
     TitleDone,
     ToolFinished,
@@ -32,6 +42,7 @@ from tether.events.messages import (
     InteractionSettled,
     Killed,
     KillSession,
+    TextBlock,
     ToolResultBlock,
     ToolUseBlock,
     Usage,
@@ -53,6 +64,25 @@ def test_a_kill_mid_call_stops_its_processes_and_answers_the_call() -> None:
     assert fed.sent(Killed) and fed.sent(GenerationError)[0].kind == "aborted"
     late = core.feed(ToolFinished(core.generation, "c1", "read_file", ToolOutput("late")))
     assert late.events == []  # what was on its way is dropped
+
+
+def test_a_kill_mid_stream_ends_the_generation_with_one_aborted_error() -> None:
+    core = Core()
+    started = core.say("tell me a long story")
+    core.feed(ModelDelta(core.generation, TextDelta(0, "Once upon a time")))
+    killed = core.feed(KillSession(session_id=SID))
+    assert killed.sent(Killed) and killed.of(CancelModel)
+    late = core.stream([TextBlock("Once upon a time there was a long story.")])
+    events = generation_events(started, killed, late)
+    assert [type(e).__name__ for e in events] == ["ProviderRequest", "GenerationError"]
+    assert events[-1].kind == "aborted" and events[-1].message.startswith("killed")
+    assert len(started.of(CallModel)) == 1 and late.effects == []
+    # The killed turn is recorded as ended; nothing of the reply is stored.
+    failed = [e for e in core.log if isinstance(e, Session.TurnFailed)]
+    assert [(e.kind, e.error.startswith("killed")) for e in failed] == [("killed", True)]
+    names = [type(e).__name__ for e in core.log]
+    assert "AssistantMessageAppended" not in names and "TurnCompleted" not in names
+    assert names[-1] == "StatusChanged" and core.session.status == "killed"
 
 
 def test_a_restart_mid_turn_answers_every_open_call_and_fails_the_turn() -> None:

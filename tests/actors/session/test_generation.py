@@ -3,19 +3,23 @@ that tell them, and the tree they leave."""
 
 from __future__ import annotations
 
-from tests.actors.session.driver import SID, Core, Fed, branch_back, eager
+from tests.actors.session.driver import SID, Core, Fed, branch_back, eager, generation_events
+from tether.actors.conversation import render_tree
 from tether.actors.ports import ToolOutput
 from tether.actors.session import Phase
 from tether.actors.session.effects import CallModel, RunTool
 from tether.actors.session.inputs import ToolFinished
 from tether.events.messages import (
+    AssistantNode,
     Generate,
     GenerationDone,
     GenerationError,
     InteractionSettled,
     KillSession,
     ProviderRequest,
+    TextBlock,
     ToolResultBlock,
+    ToolResultNode,
     ToolUseBlock,
     TreeQuery,
     TreeView,
@@ -128,3 +132,43 @@ def test_a_resumed_session_s_next_turn_has_a_number_of_its_own() -> None:
     (before,) = first.sent(ProviderRequest)
     (after,) = again.sent(ProviderRequest)
     assert after.turn == before.turn + 1
+
+
+def kinds(events: list[object]) -> list[str]:
+    return [type(e).__name__ for e in events]
+
+
+def test_a_turn_s_generation_events_come_in_order_and_the_tree_mirrors_it() -> None:
+    core = Core()  # tools load lazily, as configured by default
+    listing = ToolUseBlock(id="c1", name="list_dir", input={"path": "."})
+    started = core.say("look around")
+    streamed = core.stream([TextBlock("Listing."), listing], stop="tool_use")
+    cleared = core.barrier()
+    allowed = core.verdict(listing)
+    ran = core.feed(ToolFinished(core.generation, "c1", "list_dir", ToolOutput(". is empty")))
+    answered = core.answer("The folder is empty.")
+    events = generation_events(started, streamed, cleared, allowed, ran, answered)
+    assert kinds(events) == [
+        "ProviderRequest", "ProviderResponse", "AssistantNode", "ToolResultNode",
+        "ProviderRequest", "ProviderResponse", "AssistantNode", "GenerationDone",
+    ]
+    assert [e.seq for e in events] == list(range(1, 9))
+    assert {(e.session_id, e.turn) for e in events} == {(SID, 0)}
+    first_request, listed, result, final, done = (
+        events[0], events[2], events[3], events[6], events[7])
+    assert first_request.messages == 1 and first_request.max_tokens >= 1
+    assert first_request.tools == ["AskUserQuestion", "load_tools"]  # lazy tools
+    assert isinstance(result, ToolResultNode) and result.content == ". is empty"
+    assert result.call_id == listed.content[1].id
+    assert isinstance(final, AssistantNode) and final.parent_id == result.node_id
+    # Seed 003: done carries the final node, not every node made on the way.
+    assert done.nodes == [final.node_id] and done.stop == "end_turn"
+
+    (view,) = core.feed(TreeQuery(session_id=SID)).sent(TreeView)
+    assert view.cursor == final.node_id
+    assert [n.role for n in view.nodes] == ["system", "user", "assistant", "user", "assistant"]
+    assert [n.depth for n in view.nodes] == [0, 1, 2, 3, 4]
+    lines = render_tree(view.nodes, view.cursor)
+    assert lines[-1].startswith("* ") and "The folder is empty." in lines[-1]
+    assert lines[1].startswith("| ") and "look around" in lines[1]
+    assert "calls list_dir()" in lines[2] and "1 tool result" in lines[3]

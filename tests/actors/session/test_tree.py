@@ -3,10 +3,11 @@ the user's moves and edits (between turns only)."""
 
 from __future__ import annotations
 
-from tests.actors.session.driver import SID, Core
+from tests.actors.session.driver import SID, Core, Fed, generation_events
+from tether.actors.ports import ToolOutput
 from tether.actors.session import Phase
 from tether.actors.session.effects import CallModel, RestoreFiles
-from tether.actors.session.inputs import Recovered
+from tether.actors.session.inputs import Recovered, ToolFinished
 from tether.events.application import TetherApplication
 from tether.events.forest import Forest
 from tether.events.messages import (
@@ -19,6 +20,7 @@ from tether.events.messages import (
     Generate,
     SplitNode,
     TextBlock,
+    ToolUseBlock,
     TreeChanged,
     TreeQuery,
     TreeView,
@@ -119,6 +121,111 @@ def test_undo_between_turns_asks_the_shell_to_restore_beneath_the_workspace() ->
     assert (restore.to_version, restore.root) == (3, "/work/ws")
 
 
+def looked_around() -> Core:
+    """A turn whose model listed the folder (a message of calls, one of results), then
+    answered; the gatekeeper allowed the call."""
+    core = Core()
+    listing = ToolUseBlock(id="c1", name="list_dir", input={"path": "."})
+    core.say("look around")
+    core.stream([TextBlock("Listing."), listing], stop="tool_use")
+    core.barrier()
+    core.verdict(listing)
+    core.feed(ToolFinished(core.generation, "c1", "list_dir", ToolOutput(". is empty")))
+    core.answer("The folder is empty.")
+    return core
+
+
+def sent(fed: Fed) -> list[dict[str, object]]:
+    """The messages the decision's model call sends."""
+    (call,) = fed.of(CallModel)
+    return call.request.messages
+
+
+def test_an_edited_answer_is_a_branch_of_its_own_and_branching_back_leaves_it_out() -> None:
+    core = looked_around()
+    core.say("second question")
+    core.answer("Second answer.")
+    question = next(n for n in page(core).nodes if n.text == "second question")
+    # Editing a message that has an answer branches: the session moves to the edit.
+    edited = core.feed(EditNode(session_id=SID, node_id=question.node_id[:8],
+                                text="Edited question"))
+    (moved,) = edited.sent(Branched)
+    assert moved.node_id != question.node_id and moved.messages == 5
+    assert core.session.history[-1].content == [TextBlock("Edited question")]
+    assert edited.recorded(Session.MovedTo)
+
+    generated = core.feed(Generate(session_id=SID))
+    assert sent(generated)[-1]["content"][-1]["text"] == "Edited question"  # type: ignore[index]
+    assert "second question" not in str(sent(generated))
+    assert generated.recorded(Session.GenerationStarted)
+    answered = core.answer("Answer to the edit.")
+    events = generation_events(generated, answered)
+    assert [type(e).__name__ for e in events] == [
+        "ProviderRequest", "ProviderResponse", "AssistantNode", "GenerationDone"]
+    assert {e.turn for e in events} == {2}  # two turns completed before this one
+    assert events[2].parent_id == moved.node_id
+    view = page(core)
+    siblings = [n for n in view.nodes if n.parent_id == question.parent_id]
+    assert [n.text for n in siblings] == ["second question", "Edited question"]
+    assert view.cursor == events[2].node_id
+
+    # Back to the old answer; the next message continues from there.
+    old_answer = node_of(core, "Second answer.")
+    (back,) = core.feed(BranchTo(session_id=SID, node_id=old_answer)).sent(Branched)
+    assert back.node_id == old_answer and back.messages == 6
+    went_on = core.say("after the branch")
+    assert "second question" in str(sent(went_on))
+    assert "Edited question" not in str(sent(went_on))
+    core.answer("Continued on the old branch.")
+    assert page(core).cursor != old_answer
+
+
+def test_tree_refusals_say_why_and_change_nothing() -> None:
+    core = looked_around()
+    view = page(core)
+    root, user, calls = view.nodes[0], view.nodes[1], view.nodes[2]
+    for request, match in (
+            (BranchTo(session_id=SID, node_id=root.node_id), "that is a root"),
+            (BranchTo(session_id=SID, node_id=calls.node_id), "calls tools"),
+            (BranchTo(session_id=SID, node_id="zz"), "at least 4 characters"),
+            (BranchTo(session_id=SID, node_id="ffffffff"), "no node 'ffffffff'"),
+            (EditNode(session_id=SID, node_id=calls.node_id, text="x"), "tool"),
+            (EditNode(session_id=SID, node_id=user.node_id, text="   "), "empty"),
+            (Generate(session_id=SID), "nothing to answer"),
+            (Generate(session_id=SID, n=2), "cannot run with tools active")):
+        fed = core.feed(request)
+        (refused,) = fed.sent(ErrorReply)
+        assert match in refused.reason, (request, refused.reason)
+        assert fed.events == [] and not fed.of(CallModel), request
+    assert page(core) == view  # nothing changed
+
+
+def test_the_tree_comes_in_pages() -> None:
+    core = looked_around()
+    core.say("second")
+    core.answer("Second answer.")
+    whole = page(core)
+    assert whole.total == len(whole.nodes) == 7 and whole.offset == 0
+    (part,) = core.feed(TreeQuery(session_id=SID, offset=2, limit=3)).sent(TreeView)
+    assert part.nodes == whole.nodes[2:5] and part.total == 7 and part.offset == 2
+    assert part.version == whole.version and part.cursor == whole.cursor
+
+
+def test_a_split_message_on_the_path_reaches_the_model_as_one() -> None:
+    core = two_turns()
+    second = node_of(core, "second question")
+    assert core.feed(SplitNode(session_id=SID, node_id=second, position=7)).sent(TreeChanged)
+    view = page(core)
+    left = next(n for n in view.nodes if n.role == "user" and n.children
+                and n.node_id != second and n.parent_id == node_of(core, "first answer"))
+    assert next(n for n in view.nodes if n.node_id == second).parent_id == left.node_id
+    assert view.cursor == node_of(core, "second answer")
+    users = [m["content"] for m in sent(core.say("third")) if m["role"] == "user"]
+    assert any("second question" in str(content) for content in users)
+    assert not any("second \n\nquestion" in str(c) or "second\n\nquestion" in str(c)
+                   for c in users)
+
+
 # --- kept once: the tree is derived from the session's own events --------------------------
 
 
@@ -127,7 +234,9 @@ def replayed(core: Core) -> Session:
     mapper = TetherApplication(env={"PERSISTENCE_MODULE": "eventsourcing.popo"}).mapper
     session: Session | None = None
     for event in [*core.created, *core.log]:
-        session = mapper.to_domain_event(mapper.to_stored_event(event)).mutate(session)
+        decoded = mapper.to_domain_event(mapper.to_stored_event(event))
+        assert isinstance(decoded, Session.Event)
+        session = decoded.mutate(session)
     assert session is not None
     return session
 
