@@ -25,9 +25,6 @@ responses:
     truncate: true
     blocks:
       - text: "This reply never finishes properly."
-  - match: "try again"
-    blocks:
-      - text: "This one is complete."
 """
 
 
@@ -65,13 +62,15 @@ def test_kill_mid_stream_stops_the_model_call(
     assert not again.found
 
 
-def test_a_stream_cut_short_is_retried_then_fails_the_turn_and_the_session_carries_on(
+def test_a_stream_cut_short_is_retried_on_the_manager_s_ticks_then_fails_the_turn(
     database_url: str,
     engine: Callable[..., Engine],
     watch_channel: Callable[..., Any],
 ) -> None:
     # A stream that stops before message_stop is a dropped connection: retried (after 1,
     # 2, 4 s on the injected clock), and when every attempt is cut short the turn fails.
+    # (What the session decides about it, and that it carries on after, is tested on
+    # plain values in tests/actors/session/test_context.py.)
     cut = """
   - match: "cut me short"
     truncate: true
@@ -83,8 +82,10 @@ def test_a_stream_cut_short_is_retried_then_fails_the_turn_and_the_session_carri
 
     sid = say(host, "please cut me short")
     for attempt, delay in ((1, 1), (2, 2), (3, 4)):
-        wait_until(lambda a=attempt: _event_names(host, sid).count("ProviderRetried") == a,
-                   f"retry {attempt}")
+        def retried(count: int = attempt) -> bool:
+            return _event_names(host, sid).count("ProviderRetried") == count
+
+        wait_until(retried, f"retry {attempt}")
         clock.advance(delay)
         host.manager.ref.ask(Tick(), timeout=10)
     failed = channel.wait_for("failed")
@@ -92,18 +93,7 @@ def test_a_stream_cut_short_is_retried_then_fails_the_turn_and_the_session_carri
     assert "ended before message_stop" in failed.text and "(after 3 retries)" in failed.text
     assert len(llm.requests) == 4
     assert not [m for m in channel.seen if m.kind in ("reply", "completed")]
-    session = host.app.session(sid)
-    assert session is not None and session.status == "running"
     turn_failed = [
         e for e in host.app.session_events(sid) if type(e).__name__ == "TurnFailed"
     ]
     assert len(turn_failed) == 1 and "message_stop" in turn_failed[0].error
-    assert "AssistantMessageAppended" not in _event_names(host, sid)
-
-    assert say(host, "please try again", sid) == sid
-    done = channel.wait_for("completed")
-    assert done.session_id == sid
-    assert [m.text for m in channel.seen if m.kind == "reply"] == ["This one is complete."]
-    session = host.app.session(sid)
-    assert session is not None and session.turns == 2 and session.status == "running"
-    assert session.history[-1].role == "assistant"

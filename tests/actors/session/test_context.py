@@ -117,3 +117,29 @@ def test_an_overload_in_the_middle_of_a_stream_is_retried() -> None:
     assert core.answer("Done at last.").recorded(Session.TurnCompleted)
     assert len(calls) == 2
     assert core.session.history[-1].content == [TextBlock("Done at last.")]
+
+
+def test_a_stream_cut_short_every_time_fails_the_turn_and_the_session_carries_on() -> None:
+    """A stream that stops before message_stop is retried after 1, 2 and 4 s; when every
+    attempt is cut short, the turn fails saying so, and the next message is served."""
+    core = Core()
+    cut = "the stream ended before message_stop"
+    calls = core.say("please cut me short").of(CallModel)
+    for attempt, delay in ((1, 1.0), (2, 2.0), (3, 4.0)):
+        retried = core.feed(ModelFailed(core.generation, cut, transient=True))
+        assert [(e.attempt, e.delay) for e in retried.recorded(Session.ProviderRetried)] == [
+            (attempt, delay)]
+        core.advance(delay)
+        calls += core.feed(SessionTick()).of(CallModel)
+    failed = core.feed(ModelFailed(core.generation, cut, transient=True))
+    (turn_failed,) = failed.recorded(Session.TurnFailed)
+    assert "ended before message_stop" in turn_failed.error
+    assert turn_failed.error.endswith("(after 3 retries)")
+    assert len(calls) == 4 and not failed.of(CallModel)
+    assert "AssistantMessageAppended" not in [type(e).__name__ for e in core.log]
+    assert core.session.status == "running"
+
+    calls += core.say("please try again").of(CallModel)
+    assert core.answer("This one is complete.").recorded(Session.TurnCompleted)
+    assert len(calls) == 5 and core.session.turns == 2 and core.session.status == "running"
+    assert core.session.history[-1].content == [TextBlock("This one is complete.")]
