@@ -3,6 +3,10 @@
 Each test writes its rules into the rules folder the host is configured with, talks to a
 session through the inbox, and checks what a user would notice: what was stored, what
 the model was sent, what ran, what the channel showed.
+
+The session's side of an interrupt (applied once per generation, a message sent during
+the retry waiting its turn, another completion dropped) is tested on plain values in
+tests/actors/session/test_rules.py and test_turns.py.
 """
 
 from __future__ import annotations
@@ -361,54 +365,6 @@ responses:
     assert session is not None and texts(session) == ["Using a HACK.", "Clean."]
 
 
-def test_an_interrupt_is_applied_once_and_a_message_mid_retry_waits(
-    tmp_path: Path, fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host],
-    watch_channel: Callable[..., Any],
-) -> None:
-    from tether.events.codec import Decoder, encode
-    from tether.events.messages import Interrupt, StreamDelta
-
-    rule(tmp_path / "rules", "no-todo", "TODO", "No TODOs.")
-    script = """
-responses:
-  - match: "start"
-    chunk: 3
-    delay_ms: 20
-    blocks: [{text: "A TODO here, and more text streaming after it."}]
-  - match: "No TODOs"
-    chunk: 3
-    delay_ms: 20
-    blocks: [{text: "The retried answer, streamed slowly."}]
-  - match: "follow-up"
-    blocks: [{text: "The follow-up answer."}]
-"""
-    _, host, channel = start(fake_llm, make_host, watch_channel, script)
-    deltas: queue.Queue[StreamDelta] = queue.Queue()
-    decoder: Decoder[StreamDelta] = Decoder(StreamDelta)
-    host.bus.subscribe(host.subjects.all_streams, lambda m: deltas.put(decoder.decode(m.data)))
-    sid = say(host, "start please")
-    first = deltas.get(timeout=10)
-    assert first.kind == "turn_start"
-    # Wait until the model streams, so the first response is served: an interrupt that
-    # cancels the call before its request reaches the server would leave that response
-    # for the retry, which would be interrupted in turn.
-    assert deltas.get(timeout=10).kind == "text"
-    # Duplicates of the monitor's interrupt (a re-delivery, say) for the same generation.
-    for _ in range(3):
-        host.bus.publish(host.subjects.session(sid), encode(Interrupt(
-            session_id=sid, generation=first.generation, rules=["no-todo"],
-            reminder="No TODOs.", source="text")))
-    channel.wait_for("interrupted")
-    say(host, "a follow-up question", sid)  # arrives while the retry streams
-    channel.wait_for("completed")
-    channel.wait_for("completed")
-    events = names(host, sid)
-    assert events.count("TtsrInterrupted") == 1
-    session = host.app.session(sid)
-    assert session is not None and session.turns == 2
-    assert texts(session) == ["The retried answer, streamed slowly.", "The follow-up answer."]
-
-
 def test_a_fork_at_a_node_keeps_only_the_rules_that_fired_before_it(
     tmp_path: Path, fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host],
     watch_channel: Callable[..., Any],
@@ -453,67 +409,6 @@ responses:
     assert forked_late is not None and forked_late.fired_rules == ["no-todo"]
     copied = host.app.rule_log(late)
     assert copied is not None and [n for n, _ in copied.injections] == ["no-todo"]
-
-
-def test_a_completion_a_rule_drops_is_recorded_and_the_next_one_is_clean(
-    tmp_path: Path, fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host],
-    watch_channel: Callable[..., Any],
-) -> None:
-    """With several completions, one that breaks a rule is dropped (AlternativeDropped)
-    and the next is a generation of its own: nothing of the dropped stream reaches it."""
-    from tether.actors.runtime import ask
-    from tether.events.codec import Decoder
-    from tether.events.messages import (
-        Accepted,
-        Branched,
-        BranchTo,
-        Generate,
-        StreamDelta,
-        TreeQuery,
-        TreeView,
-    )
-
-    rule(tmp_path / "rules", "no-blue", "BLUE", "No blue.")
-    script = """
-responses:
-  - match: "colour"
-    blocks: [{text: "Red."}]
-  - match: "colour"
-    blocks: [{text: "Red."}]
-  - match: "colour"
-    chunk: 2
-    delay_ms: 5
-    blocks: [{text: "BLUE and then a long tail that keeps streaming for a while"}]
-  - match: "colour"
-    blocks: [{text: "Green."}]
-"""
-    llm, host, channel = start(fake_llm, make_host, watch_channel, script)
-    sid = say(host, "name a colour")
-    channel.wait_for("completed")
-    user = next(n for n in ask(host.bus, host.subjects.manager, TreeQuery(session_id=sid),
-                               TreeView).nodes if n.text == "name a colour")
-    ask(host.bus, host.subjects.manager, BranchTo(session_id=sid, node_id=user.node_id),
-        Branched)
-    deltas: list[StreamDelta] = []
-    decoder: Decoder[StreamDelta] = Decoder(StreamDelta)
-    host.bus.subscribe(host.subjects.stream(sid), lambda m: deltas.append(
-        decoder.decode(m.data)))
-    host.bus.flush()
-    ask(host.bus, host.subjects.manager, Generate(session_id=sid, n=3, tools=False), Accepted)
-    channel.wait_for("completed")
-
-    stored = host.app.session_events(sid)
-    dropped = [e for e in stored if type(e).__name__ == "AlternativeDropped"]
-    assert [e.rules for e in dropped] == [["no-blue"]]
-    answers = [n.text for n in ask(host.bus, host.subjects.manager, TreeQuery(session_id=sid),
-                                   TreeView).nodes if n.parent_id == user.node_id]
-    assert answers == ["Red.", "Green."]  # the first completion matched the old reply
-    generations: dict[int, str] = {}
-    for delta in deltas:
-        if delta.kind == "text":
-            generations[delta.generation] = generations.get(delta.generation, "") + delta.text
-    assert "Green." in generations.values()  # its own generation, nothing else in it
-    assert len(llm.requests) == 4
 
 
 def test_rules_test_replays_the_rules_the_session_had_from_anywhere(

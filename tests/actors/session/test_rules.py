@@ -1,0 +1,102 @@
+"""The rule monitor's interrupts, on the session's side, decided on plain values: one
+interrupt per generation however often it comes, a message sent during the retry waits
+its turn, the partial reply dropped or kept as the monitor says, and another completion
+that breaks a rule is only dropped.
+
+(Which rules match what, and what the monitor says, are the monitor's: tested end to end
+in tests/integration/test_ttsr.py.)
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from tests.actors.session.driver import SID, Core, Fed, branch_back
+from tether.actors.ports import TextDelta
+from tether.actors.session.effects import CallModel
+from tether.actors.session.inputs import ModelDelta
+from tether.events.messages import (
+    Generate,
+    GenerationDone,
+    Interrupt,
+    StreamDelta,
+    TextBlock,
+    TreeQuery,
+    TreeView,
+)
+from tether.events.session import Session
+
+
+def texts(core: Core) -> list[str]:
+    return [b.text for t in core.session.history if t.role == "assistant" for b in t.content
+            if isinstance(b, TextBlock)]
+
+
+def interrupt(core: Core, generation: int, rule: str, reminder: str) -> Fed:
+    return core.feed(Interrupt(session_id=SID, generation=generation, rules=[rule],
+                               reminder=reminder, source="text"))
+
+
+def test_an_interrupt_is_applied_once_and_a_message_mid_retry_waits() -> None:
+    core = Core()
+    core.say("start please")
+    first = core.generation
+    core.feed(ModelDelta(first, TextDelta(0, "A TODO here, and more")))
+    # Duplicates of the monitor's interrupt (a re-delivery, say) for the same generation.
+    applied = interrupt(core, first, "no-todo", "No TODOs.")
+    assert applied.names() == ["TtsrInterrupted"] and applied.of(CallModel)
+    for _ in range(2):
+        again = interrupt(core, first, "no-todo", "No TODOs.")
+        assert again.events == [] and again.effects == []
+    waits = core.say("a follow-up question")  # arrives while the retry streams
+    assert waits.names() == ["UserMessageQueued"] and not waits.of(CallModel)
+    retried = core.answer("The retried answer, streamed slowly.")
+    assert retried.recorded(Session.TurnCompleted) and retried.of(CallModel)
+    assert core.answer("The follow-up answer.").recorded(Session.TurnCompleted)
+    assert [type(e).__name__ for e in core.log].count("TtsrInterrupted") == 1
+    assert core.session.turns == 2
+    assert texts(core) == ["The retried answer, streamed slowly.", "The follow-up answer."]
+
+
+def test_a_completion_a_rule_drops_is_recorded_and_the_next_one_is_clean() -> None:
+    """With several completions, one that breaks a rule is dropped (AlternativeDropped)
+    and the next is a generation of its own: nothing of the dropped stream reaches it."""
+    core = Core()
+    fed = [core.say("name a colour"), core.answer("Red.")]
+    branch_back(core)
+    user = core.session.conversation.cursor
+    fed += [core.feed(Generate(session_id=SID, n=3, tools=False)), core.answer("Red.")]
+    blue = core.generation
+    fed.append(core.feed(ModelDelta(blue, TextDelta(0, "BLUE and then a long tail"))))
+    dropped = interrupt(core, blue, "no-blue", "No blue.")
+    assert dropped.names() == ["AlternativeDropped"]
+    assert [e.rules for e in dropped.recorded(Session.AlternativeDropped)] == [["no-blue"]]
+    fed += [dropped, core.answer("Green.")]
+    assert fed[-1].sent(GenerationDone)
+
+    (view,) = core.feed(TreeQuery(session_id=SID)).sent(TreeView)
+    answers = [n.text for n in view.nodes if n.parent_id == user]
+    assert answers == ["Red.", "Green."]  # the first completion matched the old reply
+    generations: dict[int, str] = {}
+    for delta in (d for f in fed for d in f.sent(StreamDelta) if d.kind == "text"):
+        generations[delta.generation] = generations.get(delta.generation, "") + delta.text
+    assert "Green." in generations.values()  # its own generation, nothing else in it
+    assert len([c for f in fed for c in f.of(CallModel)]) == 4
+
+
+def test_discard_drops_the_partial_reply_and_keep_keeps_it() -> None:
+    core = Core()
+    tasks: list[tuple[str, str, Literal["discard", "keep"], str]] = [
+        ("first task", "Sure, here is a TODO", "discard", "Done properly."),
+        ("second task", "A quick HACK will", "keep", "Done cleanly.")]
+    for task, partial, mode, retried in tasks:
+        core.say(task)
+        core.feed(ModelDelta(core.generation, TextDelta(0, partial)))
+        fed = core.feed(Interrupt(session_id=SID, generation=core.generation, rules=["r"],
+                                  reminder="Follow the rule.", source="text",
+                                  context_mode=mode))
+        (interrupted,) = fed.recorded(Session.TtsrInterrupted)
+        assert (interrupted.partial_text, interrupted.context_mode) == (partial, mode)
+        core.answer(retried)
+    # discard: the partial reply is gone; keep: what had streamed stays, before the reminder.
+    assert texts(core) == ["Done properly.", "A quick HACK will", "Done cleanly."]
