@@ -1,7 +1,8 @@
 """The rule monitor's interrupts, on the session's side, decided on plain values: one
 interrupt per generation however often it comes, a message sent during the retry waits
-its turn, the partial reply dropped or kept as the monitor says, and another completion
-that breaks a rule is only dropped.
+its turn, the partial reply dropped or kept as the monitor says, a reply the barrier
+finds breaking a rule never stored nor run, and another completion that breaks a rule
+is only dropped.
 
 (Which rules match what, and what the monitor says, are the monitor's: tested end to end
 in tests/integration/test_ttsr.py.)
@@ -11,16 +12,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from tests.actors.session.driver import SID, Core, Fed, branch_back
-from tether.actors.ports import TextDelta
+from tests.actors.session.driver import SID, Core, Fed, branch_back, eager, runs
+from tether.actors.ports import TextDelta, ToolOutput
 from tether.actors.session.effects import CallModel
-from tether.actors.session.inputs import ModelDelta
+from tether.actors.session.inputs import ModelDelta, ToolFinished
 from tether.events.messages import (
     Generate,
     GenerationDone,
     Interrupt,
     StreamDelta,
     TextBlock,
+    ToolProposal,
+    ToolUseBlock,
     TreeQuery,
     TreeView,
 )
@@ -100,3 +103,25 @@ def test_discard_drops_the_partial_reply_and_keep_keeps_it() -> None:
         core.answer(retried)
     # discard: the partial reply is gone; keep: what had streamed stays, before the reminder.
     assert texts(core) == ["Done properly.", "A quick HACK will", "Done cleanly."]
+
+
+def test_the_barrier_stops_a_violating_tool_call_before_it_runs() -> None:
+    core = eager()
+    core.say("save the data")
+    secret = ToolUseBlock(id="c1", name="write_file",
+                          input={"path": "secrets.txt", "content": "x"})
+    core.stream([TextBlock("Saving it."), secret], stop="tool_use")
+    stopped = core.barrier(clear=False, rules=["no-secrets-file"],
+                           reminder="Never touch secrets.txt.")
+    assert stopped.names() == ["TtsrInterrupted"]
+    assert not stopped.sent(ToolProposal) and not runs(stopped)
+    (again,) = stopped.of(CallModel)
+    assert "Never touch secrets.txt." in str(again.request.messages)
+    notes = ToolUseBlock(id="c2", name="write_file", input={"path": "notes.txt", "content": "x"})
+    assert [p.call_id for p in core.call_tools(notes).sent(ToolProposal)] == ["c2"]
+    assert [r.call.id for r in runs(core.verdict(notes))] == ["c2"]
+    core.feed(ToolFinished(core.generation, "c2", "write_file", ToolOutput("wrote notes.txt")))
+    assert core.answer("Saved to notes.txt instead.").recorded(Session.TurnCompleted)
+    calls = [b.input["path"] for t in core.session.history for b in t.content
+             if isinstance(b, ToolUseBlock)]
+    assert calls == ["notes.txt"]  # the violating call was never stored, nor run
