@@ -70,6 +70,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             turns = turn.run(url, quick=args.quick)
             summary.append(f"RATIO turn tether/raw = {turns.ratio('text'):.2f}")
             summary.append(f"RATIO toolturn tether/raw = {turns.ratio('tool'):.2f}")
+            summary.append("RATIO turn back-to-back tether/raw = "
+                           f"{turns.ratio(turn.case('text', 'back-to-back')):.2f}")
+            summary.append("RATIO toolturn back-to-back tether/raw = "
+                           f"{turns.ratio(turn.case('tool', 'back-to-back')):.2f}")
     if "interrupt" in chosen:
         with nats_server(args.nats) as url:
             say()

@@ -8,10 +8,19 @@
 * **raw**: the same model call(s) with the ``anthropic`` SDK straight to an identical
   stand-in (streamed, read to the end), plus the file read for the tool turn.
 
-Both sides run in alternating blocks, so load from other processes lands on both.
-The difference of the medians is Tether's overhead per turn (issue 15's goal: at most
-5 ms for a text turn, 10 ms for a tool turn). Prints ``RATIO turn tether/raw`` and
-``RATIO toolturn tether/raw`` (medians).
+Both sides run in alternating blocks, so load from other processes lands on both, and
+each is timed two ways:
+
+* **settled**: each turn starts after a pause (``PAUSE``), as a person's next message
+  does, so what the engine does after a turn's ``completed`` notice (the read models,
+  the relay, the delivery records) is not counted in the next turn. This is the latency
+  a user sees; the difference of the medians is Tether's overhead per turn (issue 15's
+  goal: at most 5 ms for a text turn, 10 ms for a tool turn).
+* **back to back**: each turn starts the moment the last one's notice arrived, so that
+  background work competes with it (a busy engine's case).
+
+Prints ``RATIO turn tether/raw`` and ``RATIO toolturn tether/raw`` (settled medians) and
+the same with ``back-to-back``.
 """
 
 from __future__ import annotations
@@ -41,6 +50,9 @@ from tether.events.messages import Accepted, ChannelMessage, UserMessage
 
 FULL_N, QUICK_N = 100, 6
 BLOCK = 5
+PAUSE = 0.25
+"""Seconds before each settled turn: more than the read models' settle time (0.1 s)."""
+PACES = ("settled", "back-to-back")
 NOTES = "The notes say: ship on Friday.\n"
 TEXT = '  - blocks: [{text: "Noted."}]'
 TOOL = ('  - blocks: [{tool_use: {name: read_file, input: {path: notes.txt}}}]\n'
@@ -53,7 +65,8 @@ def _script(kind: str, n: int) -> str:
 
 @dataclass(frozen=True)
 class TurnResults:
-    """Per kind of turn: Tether's and the raw calls' figures."""
+    """Per case (``text`` or ``tool``, then `` back-to-back`` for that pace): Tether's and
+    the raw calls' figures."""
 
     tether: dict[str, Stats]
     raw: dict[str, Stats]
@@ -75,6 +88,7 @@ class _Engine:
         env = {"TETHER_NATS_URL": url, "TETHER_STATE_DIR": os.path.join(tmp, "state"),
                "TETHER_NAMESPACE": "bench" + uuid.uuid4().hex[:8], "TETHER_WORKSPACE": tmp,
                "TETHER_RULES_DIR": os.path.join(tmp, "rules"), "TETHER_TITLES": "false",
+               "TETHER_BUDGET_USD": "0",  # no limit: a full run spends more than the default
                "ANTHROPIC_BASE_URL": self.llm.base_url}
         settings = load_settings(env=env, cwd=tmp)
         unlimited = MiddlewareSettings(rate_per_minute=1e9, burst=1_000_000)
@@ -141,20 +155,26 @@ class _Raw:
         self.llm.stop()
 
 
-def _alternate(tether: Callable[[], None], raw: Callable[[], None], n: int
+def _alternate(tether: Callable[[], None], raw: Callable[[], None], n: int, pause: float
                ) -> tuple[Stats, Stats]:
     samples: dict[str, list[int]] = {"tether": [], "raw": []}
     elapsed = {"tether": 0.0, "raw": 0.0}
     for start in range(0, n, BLOCK):
         for side, run in (("tether", tether), ("raw", raw)):
-            began = time.perf_counter()
             for _ in range(min(BLOCK, n - start)):
+                time.sleep(pause)
                 t0 = time.perf_counter_ns()
                 run()
-                samples[side].append(time.perf_counter_ns() - t0)
-            elapsed[side] += time.perf_counter() - began
+                taken = time.perf_counter_ns() - t0
+                samples[side].append(taken)
+                elapsed[side] += taken / 1e9
     return (Stats.of(samples["tether"], elapsed["tether"]),
             Stats.of(samples["raw"], elapsed["raw"]))
+
+
+def case(kind: str, pace: str) -> str:
+    """The name of a case in :class:`TurnResults`."""
+    return kind if pace == "settled" else f"{kind} {pace}"
 
 
 def measure(url: str, n: int) -> TurnResults:
@@ -162,14 +182,16 @@ def measure(url: str, n: int) -> TurnResults:
     tether: dict[str, Stats] = {}
     raw: dict[str, Stats] = {}
     for kind in ("text", "tool"):
-        with tempfile.TemporaryDirectory(prefix="tether-bench-turn-") as tmp:
-            Path(tmp, "notes.txt").write_text(NOTES)
-            engine, direct = _Engine(url, tmp, kind, n), _Raw(kind, n, tmp)
-            try:
-                tether[kind], raw[kind] = _alternate(engine.turn, direct.turn, n)
-            finally:
-                engine.close()
-                direct.close()
+        for pace in PACES:  # each on a new engine, so both start from a new session
+            with tempfile.TemporaryDirectory(prefix="tether-bench-turn-") as tmp:
+                Path(tmp, "notes.txt").write_text(NOTES)
+                engine, direct = _Engine(url, tmp, kind, n), _Raw(kind, n, tmp)
+                try:
+                    tether[case(kind, pace)], raw[case(kind, pace)] = _alternate(
+                        engine.turn, direct.turn, n, PAUSE if pace == "settled" else 0.0)
+                finally:
+                    engine.close()
+                    direct.close()
     return TurnResults(tether, raw)
 
 
@@ -177,19 +199,26 @@ def run(url: str, quick: bool = False, out: Printer = say) -> TurnResults:
     """Run and print the table and the ratios."""
     n = QUICK_N if quick else FULL_N
     out(f"== turn: {n} text turns and {n} tool turns through Tether against the raw SDK "
-        f"call(s) to the same stand-in (alternating blocks of {BLOCK})")
+        f"call(s) to the same stand-in (alternating blocks of {BLOCK}), settled "
+        f"({PAUSE} s before each) and back to back")
     results = measure(url, n)
     rows = []
-    for kind in ("text", "tool"):
-        for side, stats in (("tether", results.tether[kind]), ("raw", results.raw[kind])):
-            rows.append([f"{kind} turn, {side}", f"{stats.p50_us / 1000:.2f}",
-                         f"{stats.mean_us / 1000:.2f}", f"{stats.p99_us / 1000:.2f}"])
+    for pace in PACES:
+        for kind in ("text", "tool"):
+            name = case(kind, pace)
+            for side, stats in (("tether", results.tether[name]), ("raw", results.raw[name])):
+                rows.append([f"{kind} turn, {pace}, {side}", f"{stats.p50_us / 1000:.2f}",
+                             f"{stats.mean_us / 1000:.2f}", f"{stats.p99_us / 1000:.2f}"])
     for line in table(["case", "p50 ms", "mean ms", "p99 ms"], rows):
         out(line)
-    out(f"engine overhead (p50): text turn {results.overhead_ms('text'):.2f} ms, "
-        f"tool turn {results.overhead_ms('tool'):.2f} ms")
-    out(f"RATIO turn tether/raw = {results.ratio('text'):.2f}")
-    out(f"RATIO toolturn tether/raw = {results.ratio('tool'):.2f}")
+    for pace in PACES:
+        out(f"engine overhead (p50, {pace}): text turn "
+            f"{results.overhead_ms(case('text', pace)):.2f} ms, tool turn "
+            f"{results.overhead_ms(case('tool', pace)):.2f} ms")
+    for pace in PACES:
+        suffix = "" if pace == "settled" else f" {pace}"
+        out(f"RATIO turn{suffix} tether/raw = {results.ratio(case('text', pace)):.2f}")
+        out(f"RATIO toolturn{suffix} tether/raw = {results.ratio(case('tool', pace)):.2f}")
     return results
 
 

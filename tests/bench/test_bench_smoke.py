@@ -50,9 +50,9 @@ def test_append_quick_prints_its_ratio() -> None:
 
 def test_turn_quick_prints_its_ratios(nats_url: str) -> None:
     out = run_bench("bench.turn", "--quick", "--nats", nats_url)
-    for name in ("turn", "toolturn"):
+    for name in ("turn", "toolturn", "turn back-to-back", "toolturn back-to-back"):
         assert re.search(RATIO.format(name), out, re.MULTILINE), out
-    assert "engine overhead (p50)" in out
+    assert "engine overhead (p50, settled)" in out
 
 
 def test_interrupt_quick_prints_its_ratio(nats_url: str) -> None:
