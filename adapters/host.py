@@ -59,6 +59,7 @@ from tether.events.messages import (
     BarrierCheck,
     InteractionMessage,
     ManagerMessage,
+    NoticesPlanned,
     SessionMessage,
     StreamDelta,
     ToolProposal,
@@ -336,10 +337,12 @@ class Host:
             if then is not None:
                 then()
 
-        # The outbox carries the chats' notices: it reads at once; the other views settle.
+        # Each view waits a moment after a save so a turn's saves are read as one batch:
+        # the notices of a session's events reach the router from the session itself, so
+        # the outbox is what makes sure, not the way they go.
         follower = Follower(
             self.app, name=kind.NAME, position=view.position, consume=consume,
-            settle=0.0 if kind is Outbox else SETTLE).start()
+            settle=SETTLE).start()
         self._stack.append(follower.stop)
         return view, follower
 
@@ -375,6 +378,7 @@ class Host:
             [
                 Binding(subjects.all_streams, StreamDelta),
                 Binding(subjects.router, WatchSession),
+                Binding(subjects.notices, NoticesPlanned),
             ],
             app=self.app,
             outbox=self.outbox,

@@ -155,6 +155,31 @@ class Watching(Message):
     trimmed: int = 0
 
 
+class PlannedNotice(msgspec.Struct, kw_only=True):
+    """A notice a stored session event makes, as the notice outbox keeps it: ``id`` is
+    ``<position>.<n>``, the ``n``-th notice of the event at notification id
+    ``position``; ``generation`` is a reply's model call (else 0)."""
+
+    id: str
+    position: int
+    n: int
+    session_id: str
+    kind: str
+    text: str
+    audience: str
+    generation: int = 0
+
+
+class NoticesPlanned(Message):
+    """Session -> router on ``<ns>.notices`` (the engine's own subject): the notices the
+    events the session just saved make, so they go out without waiting for the notice
+    outbox to read them from the store. The outbox plans the same notices (same ids);
+    the router sends each once, and one lost on the way is sent from the outbox."""
+
+    session_id: Token
+    notices: list[PlannedNotice]
+
+
 # --- session manager --------------------------------------------------------------------
 
 

@@ -115,6 +115,11 @@ class Subjects:
         """Where connectors ask the notification router to watch a session."""
         return f"{self.namespace}.router"
 
+    @property
+    def notices(self) -> str:
+        """Where sessions tell the router the notices of the events they just saved."""
+        return f"{self.namespace}.notices"
+
     def channel_out(self, channel: str) -> str:
         """What a connector receives."""
         return f"{self.namespace}.channel.{check_token(channel, 'channel')}.out"

@@ -12,8 +12,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import msgspec
+
 from tether.events.application import event_data
 from tether.events.deliveries import Deliveries
+from tether.events.messages import PlannedNotice
 from tether.events.session import Session
 from tether.projections.notices import plan_notices
 from tether.projections.tables import Change, Row, Table
@@ -53,21 +56,9 @@ class Outbox(TrackedView):
         session_id = self.app.session_id_of(domain_event)
         if session_id is None:
             return []
-        try:  # notices are planned from the event as the bus sees it: its name and data
-            planned = plan_notices(type(domain_event).__name__, event_data(domain_event))
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            log.warning("outbox: no notice for %s at %d: %r", domain_event, position, exc)
-            return []
-        return [
-            Change(OUTBOX.name, (notice_id(position, n),), _insert({
-                "id": notice_id(position, n), "position": position, "n": n,
-                "session_id": session_id, "kind": p.kind, "text": p.text,
-                "audience": p.audience, "delivered": 0,
-                "generation": int(getattr(domain_event, "generation", 0) or 0)
-                if p.kind == "reply" else 0,
-            }))
-            for n, p in enumerate(planned)
-        ]
+        return [Change(OUTBOX.name, (notice.id,), _insert({
+                    **msgspec.structs.asdict(notice), "delivered": 0}))
+                for notice in planned_notices(domain_event, position, session_id)]
 
     def pending(self) -> list[Row]:
         """Notices not delivered yet, in the order they were planned."""
@@ -77,6 +68,24 @@ class Outbox(TrackedView):
         """A session's replies (its output blocks), oldest first."""
         return self.rows(OUTBOX.name, {"session_id": session_id, "kind": "reply"},
                          order="position,n")
+
+
+def planned_notices(domain_event: Any, position: int, session_id: str) -> list[PlannedNotice]:
+    """The notices session event ``domain_event``, stored at notification id
+    ``position``, makes (as the bus sees it: its name and data); none for an event
+    whose data does not have its event's shape (logged)."""
+    try:
+        planned = plan_notices(type(domain_event).__name__, event_data(domain_event))
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        log.warning("outbox: no notice for %s at %d: %r", domain_event, position, exc)
+        return []
+    return [
+        PlannedNotice(id=notice_id(position, n), position=position, n=n,
+                      session_id=session_id, kind=p.kind, text=p.text, audience=p.audience,
+                      generation=int(getattr(domain_event, "generation", 0) or 0)
+                      if p.kind == "reply" else 0)
+        for n, p in enumerate(planned)
+    ]
 
 
 def _insert(row: Row) -> Any:

@@ -1,14 +1,17 @@
 """The notification router actor: tells each chat what its sessions are doing.
 
-Two inputs. The live stream (``<ns>.session.*.stream``): text goes to the channels
+Three inputs. The live stream (``<ns>.session.*.stream``): text goes to the channels
 watching the session in the foreground, gathered for ``debounce`` seconds (and flushed
-at once when the message ends). The notice outbox (:mod:`projections.outbox`, kept
-exactly once from the store): each planned notice goes to its audience, then a
-``Deliveries.Delivered`` event records it, which marks it delivered in the outbox; so
-after a restart the router sends exactly what was not delivered. The records of a batch
-are saved once its notices are out (one save per session), so no notice waits on
-another's bookkeeping; a notice sent again after a crash between the two carries the
-same ``seq``.
+at once when the message ends). The notices a session tells of as it saves their events
+(``NoticesPlanned`` on ``<ns>.notices``), sent at once. The notice outbox
+(:mod:`projections.outbox`, kept exactly once from the store), which plans the same
+notices with the same ids: what was not sent yet goes from there (told notices lost on
+the way, after a restart, from other writers). Each notice is sent once, to its
+audience, then a ``Deliveries.Delivered`` event records it, which marks it delivered in
+the outbox; so after a restart the router sends exactly what was not delivered. The
+records of a batch are saved once its notices are out (one save per session), so no
+notice waits on another's bookkeeping; a notice sent again after a crash between the two
+carries the same ``seq``.
 
 Audiences: the session's watchers (its origin channel unless it went to the background,
 plus channels that asked with WatchSession); everyone (endings: watchers, and the origin
@@ -38,7 +41,14 @@ from tether.actors.ports import Clock, SystemClock
 from tether.actors.runtime import ActorSystem, Envelope, TetherActor, Tick
 from tether.events.application import TetherApplication
 from tether.events.deliveries import Deliveries, deliveries_uuid
-from tether.events.messages import ChannelMessage, StreamDelta, Watching, WatchSession
+from tether.events.messages import (
+    ChannelMessage,
+    NoticesPlanned,
+    PlannedNotice,
+    StreamDelta,
+    Watching,
+    WatchSession,
+)
 from tether.projections.notices import ENDINGS
 from tether.projections.outbox import Outbox
 
@@ -100,6 +110,9 @@ class _Session:
         self.held_since: dt.datetime | None = None
         self.reminded = False
         self.last_waiting: dt.datetime | None = None
+        self.told: list[PlannedNotice] = []
+        """Notices the session told of as it saved their events, not sent yet (held for
+        the live stream's end, or waiting for the outbox's replies), in order."""
 
     @property
     def origin(self) -> str:
@@ -142,8 +155,9 @@ class NotificationRouterActor(TetherActor):
         self.settings = settings or RouterSettings()
         self.clock = clock or SystemClock()
         self.post = post or post_json
-        self.catch_up = catch_up
-        """Brings the outbox up to the log now (the follower's catch_up)."""
+        self.catch_up = catch_up or (lambda: None)
+        """Brings the outbox up to the log now (the follower's catch_up): before reading
+        the replies it keeps, which a told notice may be ahead of."""
         self.history_through = history_through
         """Notices planned from events up to this notification id are history (the outbox
         was created over an existing log): recorded as skipped, never sent."""
@@ -163,6 +177,8 @@ class NotificationRouterActor(TetherActor):
     def handle(self, message: Any, envelope: Envelope | None) -> None:
         if isinstance(message, StreamDelta):
             self._on_delta(message)
+        elif isinstance(message, NoticesPlanned):
+            self._on_planned(message)
         elif isinstance(message, OutboxAdvanced):
             self._deliver_pending()
         elif isinstance(message, WatchSession):
@@ -184,10 +200,8 @@ class NotificationRouterActor(TetherActor):
         state.streamed = True
         if delta.kind == "turn_start":
             self._flush(session_id=delta.session_id, state=state)  # an aborted generation's
-            if self.catch_up is not None:
-                # What was stored before this model call (a tool's result) is told first.
-                self.catch_up()
-                self._deliver_pending()
+            # What was stored before this model call (a tool's result) is told first.
+            self._deliver_told(state)
             state.channel = delta.channel or state.channel
             if state.turn_since is None:  # a new turn (not another model call of this one)
                 state.turn_since = now
@@ -236,6 +250,33 @@ class NotificationRouterActor(TetherActor):
 
     # --- planned notices ----------------------------------------------------------------
 
+    def _on_planned(self, message: NoticesPlanned) -> None:
+        """Send the notices a session tells of as it saves their events, without waiting
+        for the outbox, which plans the same ones from the store (each is sent once, by
+        id)."""
+        state = self._session(message.session_id)
+        if state is None:
+            return
+        state.told.extend(n for n in message.notices if n.session_id == message.session_id)
+        self._deliver_told(state)
+        self._save_records()
+
+    def _deliver_told(self, state: _Session) -> None:
+        """Send the session's told notices, in order, up to one held for the live
+        stream's end. An ending for a route that is not watching carries the last lines of
+        output, the replies the outbox keeps: it is caught up first."""
+        while state.told:
+            notice = state.told[0]
+            if notice.id not in self.in_flight:
+                if self._hold(notice.session_id, notice.generation):
+                    return
+                if notice.audience == "everyone" and not state.origin_watches() and (
+                        notice.position > self.outbox.position()):
+                    self.catch_up()
+                self.in_flight.add(notice.id)
+                self._deliver(msgspec.structs.asdict(notice))
+            state.told.pop(0)
+
     def _deliver_pending(self) -> None:
         held: set[str] = set()
         pending = self.outbox.pending()
@@ -250,9 +291,15 @@ class NotificationRouterActor(TetherActor):
                 continue
             self.in_flight.add(notice)
             self._deliver(row)
+        for session_id, state in self.sessions.items():
+            if state.told and session_id not in held:
+                self._deliver_told(state)
         self._save_records()
-        if len(self.in_flight) > 10_000:  # marked long ago: keep the set small
-            self.in_flight &= {str(r["id"]) for r in self.outbox.pending()}
+        seen = self.outbox.position()
+        if len(self.in_flight) > 10_000:  # marked long ago: keep the set small (a notice
+            # told of before the outbox has its row stays)
+            self.in_flight = {str(r["id"]) for r in self.outbox.pending()} | {
+                notice for notice in self.in_flight if int(notice.split(".")[0]) > seen}
 
     def _skip_history(self, pending: list[Any]) -> list[Any]:
         """Record the notices of events from before the outbox existed as skipped (one
@@ -379,6 +426,7 @@ class NotificationRouterActor(TetherActor):
         if state is None:
             return Watching(session_id=message.session_id, channel=message.channel,
                             foreground=False)
+        self.catch_up()  # the replies told of but not read from the store yet count too
         buffer = self._output(message.session_id)
         if message.channel in state.log.away:
             seen = state.log.away[message.channel]

@@ -14,11 +14,13 @@ import contextvars
 import logging
 import os
 import threading
+import uuid
 from collections import deque
 from concurrent.futures import Future
 from typing import Any
 
 import pykka
+from eventsourcing.persistence import Recording
 
 from tether.actors.commands import resolve_dir
 from tether.actors.model.prompt import MEMORY_FILE, append_memory, load_skills, read_workspace
@@ -72,9 +74,10 @@ from tether.actors.undo import UndoError, undo_files
 from tether.events.application import TetherApplication
 from tether.events.conversation import Conversation
 from tether.events.forest import ForestState
-from tether.events.messages import ErrorReply, Undone
+from tether.events.messages import ErrorReply, NoticesPlanned, Undone
 from tether.events.session import Session
 from tether.events.stamping import stamped
+from tether.projections.outbox import planned_notices
 
 log = logging.getLogger("tether.actors.session")
 
@@ -192,11 +195,23 @@ class SessionActor(TetherActor):
         while inputs:
             outcome = decide(self.state, inputs.popleft(), self.clock.now())
             if outcome.aggregates:
-                self.app.save(*outcome.aggregates)
+                self._tell_notices(self.app.save(*outcome.aggregates))
             for effect in outcome.effects:
                 answer = self._perform(effect, envelope)
                 if answer is not None:
                     inputs.append(answer)
+
+    def _tell_notices(self, recordings: list[Recording[uuid.UUID]]) -> None:
+        """Tell the router the notices the events just saved make, so a chat hears of them
+        before the notice outbox has read them from the store (it plans the same ones,
+        and the router sends each once)."""
+        notices = [notice for recording in recordings
+                   if isinstance(recording.domain_event, Session.Event)
+                   for notice in planned_notices(recording.domain_event,
+                                                 recording.notification.id, self.session_id)]
+        if notices:
+            self.send(self.subjects.notices,
+                      NoticesPlanned(session_id=self.session_id, notices=notices))
 
     def _perform(self, effect: Effect, envelope: Envelope | None) -> Any:
         """Do ``effect``; returns the input that answers it, if any."""

@@ -57,6 +57,8 @@ from tether.events.messages import (
     Interrupt,
     KillSession,
     ListSessions,
+    NoticesPlanned,
+    PlannedNotice,
     SessionList,
     ToolProposal,
     TreeQuery,
@@ -133,6 +135,9 @@ def _forbidden(s: Subjects) -> dict[str, bytes]:
         s.inbox: encode(UserMessage(text="as bob", channel="c", user="bob")),
         s.inbox_for("bob"): encode(UserMessage(text="as bob", channel="c", user="bob")),
         s.router: encode(WatchSession(session_id="victim", channel="spy")),
+        s.notices: encode(NoticesPlanned(session_id="victim", notices=[PlannedNotice(
+            id="1.0", position=1, n=0, session_id="victim", kind="completed",
+            text="done: approve the next call", audience="everyone")])),
         s.channel_out("victim"): b'{"type":"channel_message"}',
         "$JS.API.STREAM.LIST": b"",
     }

@@ -264,3 +264,45 @@ def test_an_outbox_made_over_an_older_log_does_not_replay_it(
     later.wait_for("status")
     drain(later)
     assert [m.kind for m in later.seen] == ["status"]  # nothing old was sent again
+
+
+def test_notices_go_out_as_the_session_saves_them_and_the_outbox_sends_none_again(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    """A session tells the router the notices of the events it just saved, so a chat
+    hears of a turn without waiting for the outbox to read the store; the outbox plans
+    the same notices later, and none is sent twice."""
+    host, _, _ = engine("""
+responses:
+  - blocks: [{tool_use: {name: list_dir, input: {path: "."}}}]
+  - blocks: [{text: "Nothing here."}]
+""")
+    host.outbox_follower.stop()  # the outbox reads nothing more of the log
+    channel = watch_channel(host, "test")
+    sid = say(host, "look around")
+    channel.wait_for("completed")
+    assert host.outbox.rows("notice_outbox", {"session_id": sid}) == []
+    told = [(m.kind, m.text) for m in channel.seen if m.kind != "stream"]
+    assert [kind for kind, _ in told] == ["tool", "tool", "reply", "completed"]
+
+    # The outbox now reads the log: it plans the same notices, all of them sent already.
+    from tether.actors.chat.router import OutboxAdvanced
+    from tether.projections.follower import Follower
+
+    again = Follower(host.app, name="again", position=host.outbox.position,
+                     consume=host.outbox.consume)
+
+    def all_delivered() -> bool:
+        again.catch_up()
+        rows = host.outbox.rows("notice_outbox", {"session_id": sid})
+        return len(rows) >= 4 and not host.outbox.pending()
+
+    wait_until(all_delivered, "the outbox marks every notice delivered")
+    host.router.tell(OutboxAdvanced())
+    say(host, "and again?", sid)  # a later turn's notices come after, none repeated
+    channel.wait_for("completed")
+    kinds = [m.kind for m in channel.seen if m.kind != "stream"]
+    assert kinds.count("completed") == 2 and kinds.count("reply") == 2
+    sent = [e.notice for e in host.app.repository.event_store.get(deliveries_uuid(sid))
+            if type(e).__name__ == "Delivered" and e.outcome == "sent"]
+    assert len(sent) == len(set(sent))  # each notice recorded sent once
