@@ -24,6 +24,13 @@ ColumnType = Literal["text", "int", "real"]
 _SQLITE_TYPES = {"text": "TEXT", "int": "INTEGER", "real": "REAL"}
 _POSTGRES_TYPES = {"text": "text", "int": "bigint", "real": "double precision"}
 
+
+def _pg(value: Any) -> Any:
+    """A value PostgreSQL's ``text`` takes: NUL (which it refuses, failing the whole
+    transaction, so a view would retry that event forever) becomes U+FFFD. The events
+    keep the original (bytea); only the view's copy differs."""
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
+
 Row = dict[str, Any]
 Update = Callable[[Row | None], Row | None]
 """Given the current row (None if absent), the new row (None: leave it as it is)."""
@@ -186,7 +193,7 @@ class PostgresViewRecorder(_Common, PostgresTrackingRecorder):
             SQL(", ").join(Identifier(k) for k in table.key),
         )
         statement += SQL("UPDATE SET ") + update if others else SQL("NOTHING")
-        c.execute(statement, [row[n] for n in names])
+        c.execute(statement, [_pg(row[n]) for n in names])
 
     def _fetch(self, c: Any, table: Table, where: Row, order: str) -> list[Row]:
         sql = SQL("SELECT * FROM {0}").format(self._qualified(table))
@@ -199,7 +206,7 @@ class PostgresViewRecorder(_Common, PostgresTrackingRecorder):
             sql += SQL(" ORDER BY ") + SQL(", ").join(
                 SQL("{} " + ("DESC" if d else "ASC")).format(Identifier(n)) for n, d in terms
             )
-        c.execute(sql, list(where.values()))
+        c.execute(sql, [_pg(v) for v in where.values()])
         return [dict(r) for r in c.fetchall()]
 
 
