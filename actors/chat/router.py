@@ -172,6 +172,13 @@ class NotificationRouterActor(TetherActor):
     def recover(self) -> None:
         self.sessions.clear()  # rebuilt from the store on first use
         self.in_flight.clear()
+        # The outbox lags the log (it settles): bring it up to the log first, so the
+        # Delivered records already saved count (nothing recorded is sent again) and every
+        # notice told of before this restart goes out before any told after it.
+        try:
+            self.catch_up()
+        except Exception:  # the outbox's own follower retries; send what it has
+            log.exception("router: the outbox could not catch up on restart")
         self._deliver_pending()
 
     def handle(self, message: Any, envelope: Envelope | None) -> None:
