@@ -264,7 +264,20 @@ class NotificationRouterActor(TetherActor):
         state = self._session(message.session_id)
         if state is None:
             return
-        state.told.extend(n for n in message.notices if n.session_id == message.session_id)
+        # Only what the store holds and the outbox has not read yet: a notice of an event
+        # not stored (an id claimed ahead, which would take the real notice's place) is
+        # no session's; one the outbox has read goes from its row (anyone on a bus without
+        # credentials can publish here).
+        read, head = self.outbox.position(), self.app.max_notification_id()
+        told = [n for n in message.notices if n.session_id == message.session_id
+                and n.id == f"{n.position}.{n.n}" and read < n.position <= head]
+        if len(told) < len(message.notices):
+            log.warning("router: %d notice(s) told for %s not taken (not stored, or read "
+                        "by the outbox already)", len(message.notices) - len(told),
+                        message.session_id)
+            if any(n.position <= read for n in message.notices):
+                self._deliver_pending()  # those first, from the outbox's rows
+        state.told.extend(told)
         self._deliver_told(state)
         self._save_records()
 
