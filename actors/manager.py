@@ -194,7 +194,10 @@ class SessionManagerActor(TetherActor):
                 f"user messages go to {self.subjects.inbox}.<principal>, not "
                 f"{envelope.subject}")))
             return None
-        return msgspec.structs.replace(message, user=principal), envelope
+        # ``origin`` routes the session's endings (with its last lines of output) and
+        # waiting notices: a connector may not send them to another channel or chat (the
+        # HTTP connector drops it for the same reason).
+        return msgspec.structs.replace(message, user=principal, origin=""), envelope
 
     def _budget(self, asked: float) -> float:
         """A new session's budget: what its first message asked for, never above the
