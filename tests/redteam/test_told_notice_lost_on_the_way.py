@@ -1,0 +1,51 @@
+"""Red team: a NoticesPlanned lost on the way (core NATS, at most once: a reconnect, a
+slow consumer, the session's actor failing between its save and its tell).
+
+docs/architecture.md: the outbox sends "a notice lost on the way"; "Notices of one
+session reach a channel in seq order". docs/messages.md tells connectors to "drop one
+not above the highest you have shown for that session" (terminal, Telegram do). The
+notices told after the lost ones go at once; the lost ones come from the outbox after
+its settle: behind them, so a connector drops them as repeats.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tests.conftest import Engine
+from tests.helpers import say, wait_until
+
+
+def test_a_told_notice_lost_on_the_way_still_comes_in_order(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    host, _, _ = engine("""
+responses:
+  - blocks: [{tool_use: {name: list_dir, input: {path: "."}}}]
+  - blocks: [{text: "Nothing here."}]
+""")
+    bus = host.bus
+    publish = bus.publish
+    lost = threading.Event()
+
+    def lossy(subject: str, data: bytes, *args: Any, **kw: Any) -> None:
+        if subject == host.subjects.notices and b"list_dir(" in data and not lost.is_set():
+            lost.set()  # the proposal's notice ("→ list_dir(path=.)") never arrives
+            return
+        publish(subject, data, *args, **kw)
+
+    bus.publish = lossy  # type: ignore[method-assign]
+    test = watch_channel(host, "test")
+    say(host, "look around")
+    test.wait_for("completed")
+    assert lost.is_set()
+    wait_until(lambda: not host.outbox.pending(), "the outbox sends what was lost")
+    time.sleep(0.3)
+    while not test.messages.empty():
+        test.seen.append(test.messages.get())
+    told = [(m.seq, m.kind, m.text) for m in test.seen if m.kind != "stream"]
+    seqs = [seq for seq, _, _ in told]
+    assert seqs == sorted(seqs), told
