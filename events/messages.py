@@ -178,6 +178,11 @@ class NoticesPlanned(Message):
 
     session_id: Token
     notices: list[PlannedNotice]
+    after: int = 0
+    """The position of the last notice this session told of before these (-1: not known,
+    its actor started or restarted since): a router that has not had that one (one was
+    lost on the way, or either side restarted) reads the outbox first, so what came before
+    goes out before these."""
 
 
 # --- session manager --------------------------------------------------------------------

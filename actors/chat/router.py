@@ -110,6 +110,9 @@ class _Session:
         self.held_since: dt.datetime | None = None
         self.reminded = False
         self.last_waiting: dt.datetime | None = None
+        self.told_through = 0
+        """The position of the last notice the session told of here (its NoticesPlanned
+        say which one they follow: another means one was lost, or a restart)."""
         self.told: list[PlannedNotice] = []
         """Notices the session told of as it saved their events, not sent yet (held for
         the live stream's end, or waiting for the outbox's replies), in order."""
@@ -268,15 +271,19 @@ class NotificationRouterActor(TetherActor):
         # not stored (an id claimed ahead, which would take the real notice's place) is
         # no session's; one the outbox has read goes from its row (anyone on a bus without
         # credentials can publish here).
+        gap = message.after != state.told_through
+        if gap:  # told notices were lost on the way (or a side restarted): what the store
+            self.catch_up()  # holds before these goes first, from the outbox's rows
         read, head = self.outbox.position(), self.app.max_notification_id()
         told = [n for n in message.notices if n.session_id == message.session_id
                 and n.id == f"{n.position}.{n.n}" and read < n.position <= head]
-        if len(told) < len(message.notices):
-            log.warning("router: %d notice(s) told for %s not taken (not stored, or read "
-                        "by the outbox already)", len(message.notices) - len(told),
+        if any(n.position > head for n in message.notices):
+            log.warning("router: notices told for %s of events not stored: not taken",
                         message.session_id)
-            if any(n.position <= read for n in message.notices):
-                self._deliver_pending()  # those first, from the outbox's rows
+        if gap or len(told) < len(message.notices):
+            self._deliver_pending()  # the outbox's rows first (in order, by id once)
+        state.told_through = max((n.position for n in message.notices if n.position <= head),
+                                 default=state.told_through)
         state.told.extend(told)
         self._deliver_told(state)
         self._save_records()

@@ -120,10 +120,13 @@ class SessionActor(TetherActor):
         self.running: tuple[int, str, Grant] | None = None
         """The call running now (its generation and id) and its grant: setting ``cancel``
         kills its processes."""
+        self.told_through = -1
+        """The position of the last notice told of to the router (-1: none in this life)."""
 
     # --- lifecycle ----------------------------------------------------------------------
 
     def recover(self) -> None:
+        self.told_through = -1  # a failure may have come between a save and its tell
         last = self.state
         if last is not None:  # a restart: let go of what the last life left
             for effect in decide(last, Restarting(), self.clock.now()).effects:
@@ -211,7 +214,9 @@ class SessionActor(TetherActor):
                                                  recording.notification.id, self.session_id)]
         if notices:
             self.send(self.subjects.notices,
-                      NoticesPlanned(session_id=self.session_id, notices=notices))
+                      NoticesPlanned(session_id=self.session_id, notices=notices,
+                                     after=self.told_through))
+            self.told_through = notices[-1].position
 
     def _perform(self, effect: Effect, envelope: Envelope | None) -> Any:
         """Do ``effect``; returns the input that answers it, if any."""
