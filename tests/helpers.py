@@ -19,6 +19,8 @@ import pytest
 from tether.actors.runtime import ask
 from tether.adapters.host import Host
 from tether.adapters.sandbox import SandboxReport, probe
+from tether.events.application import TetherApplication
+from tether.events.deliveries import Deliveries, deliveries_uuid
 from tether.events.messages import Accepted, UserMessage
 
 
@@ -217,3 +219,16 @@ def engine_env(tmp_path: Path, nats_url: str, namespace: str, workspace: Path,
         "ANTHROPIC_BASE_URL": model_url, "HOME": str(tmp_path / "home"),
     })
     return env
+
+
+def notices_settled(host: Host) -> bool:
+    """The notice outbox has read the whole log and every notice it planned is delivered
+    (it lags the log while it settles, so "nothing pending" alone can come too early)."""
+    return host.outbox.position() >= host.app.max_notification_id() and not (
+        host.outbox.pending())
+
+
+def delivered(app: TetherApplication, session_id: str) -> list[Deliveries.Delivered]:
+    """The router's delivery records of a session's notices, oldest first."""
+    return [e for e in app.repository.event_store.get(deliveries_uuid(session_id))
+            if isinstance(e, Deliveries.Delivered)]

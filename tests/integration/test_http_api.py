@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import wait_until
+from tests.helpers import notices_settled, wait_until
 from tether.actors.middleware import MiddlewareSettings
 from tether.adapters.anthropic_provider import AnthropicProvider
 from tether.adapters.config import Settings
@@ -122,7 +122,7 @@ def test_post_then_follow_with_catch_up_and_live_events(
     assert answer["name"] == "first-question"
     wait_until(lambda: any(type(e).__name__ == "TurnCompleted"
                            for e in host.app.session_events(sid)), "the first turn")
-    wait_until(lambda: not host.outbox.pending(), "its notices")
+    wait_until(lambda: notices_settled(host), "its notices")
 
     stream = EventStream(f"{server.url}/sessions/first-question/events?channel=web1")
     assert stream.channel == "web1"

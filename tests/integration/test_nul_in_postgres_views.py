@@ -1,4 +1,4 @@
-"""Red team: one NUL character in a notice's text wedges the notice outbox on PostgreSQL.
+"""One NUL character in a notice's text must not wedge the notice outbox on PostgreSQL.
 
 PostgreSQL ``text`` columns refuse NUL (0x00). The events are stored as bytea (fine),
 but the outbox (and every view) copies strings from them into ``text`` columns: the

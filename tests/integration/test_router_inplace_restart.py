@@ -1,4 +1,4 @@
-"""Red team: the router restarting in place (a handler failed, e.g. one store error while
+"""The router restarting in place (a handler failed, e.g. one store error while
 it saved its delivery records) in the middle of a burst.
 
 docs/architecture.md ("Restarts"): after an in-place restart the router sends "exactly the
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.conftest import Engine
-from tests.helpers import say, wait_until
+from tests.helpers import delivered, notices_settled, say, wait_until
 from tether.events.deliveries import Deliveries, deliveries_uuid
 
 
@@ -50,9 +50,7 @@ responses:
                 and any(a.delivered >= 8 for a in aggregates)):
             failed.set()
             recorded_before.update(
-                e.notice for a in aggregates
-                for e in app.repository.event_store.get(a.id)
-                if type(e).__name__ == "Delivered")
+                e.notice for a in aggregates for e in delivered(app, a.session_id))
             raise OSError("the store went away for a moment")
         return save(*aggregates, **kw)
 
@@ -61,7 +59,7 @@ responses:
     sid = say(host, "burst")
     test.wait_for("completed", timeout=30)
     assert failed.is_set()
-    wait_until(lambda: not host.outbox.pending(), "every notice delivered", timeout=15)
+    wait_until(lambda: notices_settled(host), "every notice delivered", timeout=15)
     drain(test)
     seqs = [m.seq for m in test.seen if m.kind != "stream"]
     again = {seq: n for seq, n in Counter(seqs).items() if n > 1}
