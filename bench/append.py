@@ -38,6 +38,7 @@ from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate, event
 
 from bench.common import Printer, ratio, say, table
+from tether.actors.model.context import DEFAULT_SYSTEM_PROMPT
 from tether.events.application import SNAPSHOT_INTERVAL, TetherApplication, project
 from tether.events.messages import TextBlock, ToolUseBlock, Usage
 from tether.events.session import Session, session_uuid
@@ -366,6 +367,11 @@ def _build_long(app: Application[uuid.UUID], steps: Sequence[Callable[[Any], Any
     reaches :data:`COMPACT_AT` messages (each compaction is one of the events)."""
     aggregate = steps[0](None)
     recorded = 1
+    if isinstance(aggregate, Session):
+        # As the session's first turn does: its messages are mirrored into its tree under
+        # this prompt, and the tree is part of what a load reads.
+        aggregate.set_system_prompt(text=DEFAULT_SYSTEM_PROMPT)
+        recorded += 1
     cycle = list(steps[1:])
     turn = 0
     while recorded < events:

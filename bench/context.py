@@ -301,6 +301,8 @@ def build_session(app: TetherApplication, session_id: str, messages: int
     its compaction check (which goes on checking the turns added later)."""
     session = Session(session_id=session_id, name=f"context bench {messages}",
                       workspace="/home/user/projects/app", model=MODEL, channel="terminal")
+    session.set_system_prompt(text=DEFAULT_SYSTEM_PROMPT)  # as the first turn does: the
+    # messages are mirrored into the session's tree under it
     check = CompactionCheck(context_window(MODEL))
     turn = added = 0
     while added < messages:

@@ -72,7 +72,10 @@ class SessionState(msgspec.Struct, kw_only=True):
     plan: str
     running_call: str
     keeps_tree: bool
-    conversation: Conversation
+    _tree: msgspec.Raw
+    """The Conversation, kept as its JSON when loaded (decoded on first use: a load that
+    needs no tree never pays for it); a Conversation when encoded."""
+    _tree_pending: bool
 
 
 def interrupted_result(reason: str) -> str:
@@ -168,8 +171,11 @@ class Session(Aggregate):
         """The conversation tree is derived here, from this session's events. Sessions
         stored before kept it in a Forest aggregate of their own until their actor
         imports it (:meth:`import_tree`)."""
-        self.conversation = Conversation.of_session(session_id)
-        """The history mirrored into a tree of messages, and the session's place on it."""
+        self._tree: Conversation | msgspec.Raw = Conversation.of_session(session_id)
+        """The history mirrored into a tree of messages, and the session's place on it
+        (:attr:`conversation`)."""
+        self._tree_pending = False
+        """Messages added to the history since the tree last mirrored it."""
 
     class UserMessageQueued(Aggregate.Event):
         text: str
@@ -214,11 +220,41 @@ class Session(Aggregate):
         self._mirror()
 
     def _mirror(self) -> None:
-        """Mirror the history's complete messages into the tree. Every event that adds to
-        the history does, but the user's message: it waits for the reply to it, since
-        the root it hangs under is the system prompt it is sent with, which its turn
-        settles only once it has started."""
-        self.conversation.sync(self.system_prompt, self.history)
+        """The history's complete messages are to be mirrored into the tree. Every event
+        that adds to the history says so, but the user's message: it waits for the reply
+        to it, since the root it hangs under is the system prompt it is sent with, which
+        its turn settles only once it has started.
+
+        The mirroring itself waits until the tree is next used (:attr:`conversation`):
+        mirroring the added messages at once or all together later gives the same tree,
+        node ids included, as long as everything else that changes the tree, the root's
+        prompt or the history uses the tree first (it does: each reads
+        :attr:`conversation` before its change). A replay or a load that needs no tree
+        then neither mirrors nor decodes it."""
+        self._tree_pending = True
+
+    def __eq__(self, other: object) -> bool:
+        """The same state, the tree included (decoded and mirrored up to date first: one
+        side may hold it as loaded, the other as used)."""
+        if isinstance(other, Session):
+            self.conversation  # noqa: B018
+            other.conversation  # noqa: B018
+        equal: bool = super().__eq__(other)
+        return equal
+
+    __hash__ = Aggregate.__hash__
+
+    @property
+    def conversation(self) -> Conversation:
+        """The history mirrored into a tree of messages, and the session's place on it
+        (decoded from a snapshot, and the messages added since mirrored, on first use)."""
+        tree = self._tree
+        if isinstance(tree, msgspec.Raw):
+            tree = self._tree = msgspec.json.decode(tree, type=Conversation)
+        if self._tree_pending:
+            self._tree_pending = False
+            tree.sync(self.system_prompt, self.history)
+        return tree
 
     def _count_tokens(self, usage: Usage) -> None:
         self.input_tokens += usage.input_tokens
@@ -297,8 +333,9 @@ class Session(Aggregate):
     @event(ContextCleared)
     def clear_context(self) -> None:
         """/clear: the next message starts a fresh context (the events keep the old one)."""
+        conversation = self.conversation  # what was added before is mirrored first
         self.history = []
-        self.conversation.rewritten()
+        conversation.rewritten()
 
     class WorkspaceChanged(Aggregate.Event):
         path: str
@@ -344,10 +381,11 @@ class Session(Aggregate):
         whole ``[Previous conversation summary: ...]`` text, a user message), because the
         history took 70% or more of the ``budget`` (estimated tokens before and after).
         The summary call and the memory call cost ``cost_usd``."""
+        conversation = self.conversation  # what was added before is mirrored first
         self.history = [Turn("user", [TextBlock(summary)]), *self.history[replaced:]]
         self.cost_usd += cost_usd
         self.compactions += 1
-        self.conversation.rewritten()
+        conversation.rewritten()
         self._mirror()
 
     class MemoryFlushed(Aggregate.Event):
@@ -378,6 +416,8 @@ class Session(Aggregate):
     def set_system_prompt(self, text: str) -> None:
         """Model calls from now on use ``text`` (assembled from the workspace; recorded
         when it changes, so a replay knows every context without the files)."""
+        if self._tree_pending:
+            self.conversation  # noqa: B018  (messages added before hang under the old root)
         self.system_prompt = text
 
     class ToolsLoaded(Aggregate.Event):
@@ -553,10 +593,11 @@ class Session(Aggregate):
     def fork_from(self, source_id: str, at_version: int, history: list[Turn],
                   fired_rules: list[str]) -> None:
         """This session starts as a copy of ``source_id`` up to event ``at_version``."""
+        conversation = self.conversation
         self.forked_from = source_id
         self.history = [t.copy() for t in history]
         self.fired_rules = list(fired_rules)
-        self.conversation.rewritten()
+        conversation.rewritten()
 
     class GenerationStarted(Aggregate.Event):
         n: int
@@ -617,15 +658,16 @@ class Session(Aggregate):
     def move_to(self, node_id: str, history: list[Turn], reason: str) -> None:
         """The session now stands at ``node_id`` of its tree (``tether branch`` or
         ``edit``): its history is the path to it, recorded whole so a replay needs no tree."""
+        conversation = self.conversation  # what was added before is mirrored first
         self.history = [t.copy() for t in history]
         if not self.keeps_tree:
             return
         try:
-            self.conversation.stand_at(node_id, self.system_prompt, self.history)
+            conversation.stand_at(node_id, self.system_prompt, self.history)
         except (ForestError, ValueError):
             # Not a node of this tree (never so when recorded by the session's core):
             # the history is what counts, mirrored as it is.
-            self.conversation.rewritten()
+            conversation.rewritten()
             self._mirror()
 
     class TreeAltered(Aggregate.Event):
@@ -652,8 +694,7 @@ class Session(Aggregate):
         aggregate, read once by its actor) is now the session's, whole: every edit made
         in it stays."""
         self.keeps_tree = True
-        self.conversation = Conversation(tree=msgspec.convert(msgspec.to_builtins(tree),
-                                                              ForestState))
+        self._tree = Conversation(tree=msgspec.convert(msgspec.to_builtins(tree), ForestState))
         self._mirror()
 
     class TurnCompleted(Aggregate.Event):
