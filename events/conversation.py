@@ -82,11 +82,13 @@ class Conversation(msgspec.Struct, kw_only=True, dict=True):
         namespace), so a tree imported from one keeps counting where it stopped."""
         return cls(tree=ForestState(forest_id=str(forest_uuid(session_id))))
 
-    def sync(self, system_prompt: str, history: Sequence[Turn]) -> list[Placement]:
-        """Mirror the complete messages of ``history`` (:func:`complete_messages`) not
-        mirrored yet, under the root of ``system_prompt``; returns what it placed (also
-        added to ``placed``). With no system prompt yet nothing is mirrored: the
-        root a message hangs under is the prompt it is sent with. A system prompt other
+    def sync(self, system_prompt: str, history: Sequence[Turn],
+             limit: int | None = None) -> list[Placement]:
+        """Mirror the complete messages of ``history`` (:func:`complete_messages`; the
+        first ``limit`` at most, when given) not mirrored yet, under the root of
+        ``system_prompt``; returns what it placed (also added to ``placed``). With no
+        system prompt yet nothing is mirrored: the root a message hangs under is the
+        prompt it is sent with. A system prompt other
         than the last sync's walks the whole history again under its root (cheap where
         the tree has it: prefix matching reuses every identical node).
 
@@ -98,7 +100,8 @@ class Conversation(msgspec.Struct, kw_only=True, dict=True):
         placed: list[Placement] = []
         if not system_prompt:
             return placed
-        limit = complete_messages(history)
+        complete = complete_messages(history)
+        limit = complete if limit is None else min(limit, complete)
         if system_prompt != self.prompt or self.mirrored > len(history) or not self.cursor:
             self.prompt, self.mirrored = system_prompt, 0
             if not limit:  # nothing to mirror: no root is made for an empty conversation

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 from eventsourcing.domain import Aggregate, event
 
-from tether.events.conversation import Conversation, Turn
+from tether.events.conversation import Conversation, Turn, complete_messages
 from tether.events.forest import Change, ForestError, ForestState
 from tether.events.lifecycle import FINISHED, LEGACY_STATUSES
 from tether.events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock, Usage
@@ -75,7 +75,7 @@ class SessionState(msgspec.Struct, kw_only=True):
     _tree: msgspec.Raw
     """The Conversation, kept as its JSON when loaded (decoded on first use: a load that
     needs no tree never pays for it); a Conversation when encoded."""
-    _tree_pending: bool
+    _tree_pending: int
 
 
 def interrupted_result(reason: str) -> str:
@@ -174,8 +174,9 @@ class Session(Aggregate):
         self._tree: Conversation | msgspec.Raw = Conversation.of_session(session_id)
         """The history mirrored into a tree of messages, and the session's place on it
         (:attr:`conversation`)."""
-        self._tree_pending = False
-        """Messages added to the history since the tree last mirrored it."""
+        self._tree_pending = -1
+        """How many leading messages of the history the tree is to hold once mirrored (-1:
+        it is up to date)."""
 
     class UserMessageQueued(Aggregate.Event):
         text: str
@@ -225,13 +226,13 @@ class Session(Aggregate):
         to it, since the root it hangs under is the system prompt it is sent with, which
         its turn settles only once it has started.
 
-        The mirroring itself waits until the tree is next used (:attr:`conversation`):
-        mirroring the added messages at once or all together later gives the same tree,
-        node ids included, as long as everything else that changes the tree, the root's
-        prompt or the history uses the tree first (it does: each reads
-        :attr:`conversation` before its change). A replay or a load that needs no tree
-        then neither mirrors nor decodes it."""
-        self._tree_pending = True
+        The mirroring itself waits until the tree is next used (:attr:`conversation`), as
+        far as the history went now: mirroring the added messages at once or all together
+        later gives the same tree, node ids included, as long as everything else that
+        changes the tree, the root's prompt or the history's earlier messages uses the
+        tree first (it does: each reads :attr:`conversation` before its change). A replay
+        or a load that needs no tree then neither mirrors nor decodes it."""
+        self._tree_pending = complete_messages(self.history)
 
     def __eq__(self, other: object) -> bool:
         """The same state, the tree included (decoded and mirrored up to date first: one
@@ -251,9 +252,11 @@ class Session(Aggregate):
         tree = self._tree
         if isinstance(tree, msgspec.Raw):
             tree = self._tree = msgspec.json.decode(tree, type=Conversation)
-        if self._tree_pending:
-            self._tree_pending = False
-            tree.sync(self.system_prompt, self.history)
+        if self._tree_pending >= 0:
+            # As far as the history went when it was due (the user's message that came
+            # since waits for its reply).
+            limit, self._tree_pending = self._tree_pending, -1
+            tree.sync(self.system_prompt, self.history, limit)
         return tree
 
     def _count_tokens(self, usage: Usage) -> None:
@@ -416,7 +419,7 @@ class Session(Aggregate):
     def set_system_prompt(self, text: str) -> None:
         """Model calls from now on use ``text`` (assembled from the workspace; recorded
         when it changes, so a replay knows every context without the files)."""
-        if self._tree_pending:
+        if self._tree_pending >= 0:
             self.conversation  # noqa: B018  (messages added before hang under the old root)
         self.system_prompt = text
 

@@ -4,6 +4,7 @@ the user's moves and edits (between turns only)."""
 from __future__ import annotations
 
 from tests.actors.session.driver import SID, Core, Fed, generation_events
+from tether.actors.model.prompt import WorkspaceTexts
 from tether.actors.ports import ToolOutput
 from tether.actors.session import Phase
 from tether.actors.session.effects import CallModel, RestoreFiles
@@ -287,3 +288,18 @@ def test_a_session_stored_with_a_forest_imports_it_once_and_goes_on_from_it() ->
     assert [n.text for n in tree.path(core.session.conversation.cursor)][1:] == ["hello", "hi"]
     again = replayed(core)  # the import carries the whole tree
     assert again.keeps_tree and again.conversation.tree == tree
+
+
+def test_a_turn_under_a_new_system_prompt_replays_to_the_same_tree() -> None:
+    """The user's message of a turn whose system prompt changed hangs under the new root,
+    on replay too (where the mirroring waits until the tree is used)."""
+    core = Core()
+    core.say("first")
+    core.answer("one")
+    core.texts = WorkspaceTexts(identity="You are terse.")  # the next turn's prompt differs
+    core.say("second")
+    core.answer("two")
+    live = core.session.conversation
+    assert len(live.tree.roots) == 2
+    again = replayed(core).conversation
+    assert again.tree == live.tree and again.cursor == live.cursor
