@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import http.server
+import json
 import os
 import signal
 import socket
@@ -10,9 +13,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -232,3 +236,26 @@ def delivered(app: TetherApplication, session_id: str) -> list[Deliveries.Delive
     """The router's delivery records of a session's notices, oldest first."""
     return [e for e in app.repository.event_store.get(deliveries_uuid(session_id))
             if isinstance(e, Deliveries.Delivered)]
+
+
+@contextlib.contextmanager
+def wake_webhook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A local HTTP server taking the router's wake-webhook POSTs: its URL, and the JSON
+    bodies posted to it so far."""
+    posted: list[dict[str, Any]] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            posted.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/hooks/wake", posted
+    finally:
+        server.shutdown()

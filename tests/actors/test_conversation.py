@@ -5,23 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.turns import CALL, CALLS, RESULT, assistant, user
 from tether.actors.conversation import history_at, node_text, render_tree, resolve_node, tree_nodes
 from tether.actors.model.context import shape_messages
 from tether.events.conversation import Conversation, Turn, locate
 from tether.events.forest import Forest, ForestState, Node
-from tether.events.messages import TextBlock, ToolResultBlock, ToolUseBlock
-
-
-def user(text: str) -> Turn:
-    return Turn("user", [TextBlock(text)])
-
-
-def assistant(text: str) -> Turn:
-    return Turn("assistant", [TextBlock(text)])
-
-
-CALL = Turn("assistant", [TextBlock("Looking."), ToolUseBlock("t1", "list_dir", {"path": "."})])
-RESULT = Turn("user", [ToolResultBlock("t1", "a.py", False)])
+from tether.events.messages import TextBlock, ToolResultBlock
 
 
 def test_history_at_refuses_roots_and_unanswered_calls() -> None:
@@ -154,7 +143,6 @@ def test_a_fork_re_appends_continuations_into_its_new_tree() -> None:
     assert locate(fork.state, "prompt", history) == fork_mirror.cursor
 
 
-CALLS = Turn("assistant", [ToolUseBlock("t1", "ls", {}), ToolUseBlock("t2", "cat", {})])
 
 
 # --- where a session can stand -------------------------------------------------------------

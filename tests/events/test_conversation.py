@@ -6,23 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from tests.turns import CALL, CALLS, RESULT, assistant, user
 from tether.actors.conversation import history_at
 from tether.events.conversation import Conversation, Turn, complete_messages, locate
 from tether.events.forest import Forest, message_key
-from tether.events.messages import TextBlock, ToolResultBlock, ToolUseBlock
-
-
-def user(text: str) -> Turn:
-    return Turn("user", [TextBlock(text)])
-
-
-def assistant(text: str) -> Turn:
-    return Turn("assistant", [TextBlock(text)])
-
-
-CALL = Turn("assistant", [TextBlock("Looking."), ToolUseBlock("t1", "list_dir", {"path": "."})])
-RESULT = Turn("user", [ToolResultBlock("t1", "a.py", False)])
-CALLS = Turn("assistant", [ToolUseBlock("t1", "ls", {}), ToolUseBlock("t2", "cat", {})])
+from tether.events.messages import TextBlock, ToolResultBlock
 
 
 def test_sync_appends_only_what_is_new_and_reports_it() -> None:

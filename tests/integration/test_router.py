@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import http.server
-import json
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from tests.conftest import Engine
-from tests.helpers import say, wait_until
+from tests.helpers import delivered, say, wait_until, wake_webhook
 from tether.actors.chat.router import RouterSettings
 from tether.actors.runtime import Tick, ask
 from tether.adapters.host import Host
@@ -23,8 +20,7 @@ def watch(host: Host, sid: str, channel: str, foreground: bool = True) -> Watchi
 
 
 def deliveries(host: Host, sid: str) -> list[tuple[str, str, str]]:
-    return [(e.kind, e.route, e.outcome) for e in host.app.repository.event_store.get(
-        deliveries_uuid(sid)) if type(e).__name__ == "Delivered"]
+    return [(e.kind, e.route, e.outcome) for e in delivered(host.app, sid)]
 
 
 def test_stream_text_is_gathered_and_flushed_when_the_message_ends(
@@ -100,21 +96,7 @@ responses:
 def test_an_unknown_route_wakes_the_webhook(
     engine: Callable[..., Engine],
 ) -> None:
-    posted: list[dict[str, Any]] = []
-
-    class Hook(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            posted.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Hook)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/hooks/wake"
+    with wake_webhook() as (url, posted):
         host, _, _ = engine(notifications=RouterSettings(wake_webhook=url))
         sid = ask(host.bus, host.subjects.inbox, UserMessage(
             text="work alone", channel="test", origin="unknown"), Accepted).session_id
@@ -123,8 +105,6 @@ def test_an_unknown_route_wakes_the_webhook(
         assert wake["mode"] == "now" and wake["text"].startswith("work-alone: done:")
         wait_until(lambda: ("completed", "webhook", "sent") in deliveries(host, sid),
                    "the delivery record")
-    finally:
-        server.shutdown()
 
 
 PUBLISH = """
@@ -206,8 +186,7 @@ responses:
     wait_until(lambda: not again.outbox.pending(), "every notice delivered")
     planned = again.outbox.rows("notice_outbox", {"session_id": sid})
     assert len(planned) > 25  # twelve calls: proposed and executed each, replies, endings
-    sent = {e.notice for e in again.app.repository.event_store.get(deliveries_uuid(sid))
-            if type(e).__name__ == "Delivered" and e.outcome == "sent"}
+    sent = {e.notice for e in delivered(again.app, sid) if e.outcome == "sent"}
     skipped = [r["kind"] for r in planned if r["id"] not in sent]
     assert skipped == ["waiting"]  # the origin was watching: no need to say it waits
     expected = {int(r["position"]) * 1000 + int(r["n"]) for r in planned if r["id"] in sent}
@@ -303,6 +282,5 @@ responses:
     channel.wait_for("completed")
     kinds = [m.kind for m in channel.seen if m.kind != "stream"]
     assert kinds.count("completed") == 2 and kinds.count("reply") == 2
-    sent = [e.notice for e in host.app.repository.event_store.get(deliveries_uuid(sid))
-            if type(e).__name__ == "Delivered" and e.outcome == "sent"]
+    sent = [e.notice for e in delivered(host.app, sid) if e.outcome == "sent"]
     assert len(sent) == len(set(sent))  # each notice recorded sent once

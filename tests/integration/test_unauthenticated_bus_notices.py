@@ -12,14 +12,12 @@ straight to the connectors; not into the router, the store, or the wake webhook.
 
 from __future__ import annotations
 
-import http.server
-import json
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from tests.conftest import Engine
-from tests.helpers import delivered, notices_settled, say, wait_until
+from tests.helpers import delivered, notices_settled, say, wait_until, wake_webhook
 from tether.actors.chat.router import RouterSettings
 from tether.actors.runtime import ask
 from tether.adapters.host import Host
@@ -83,21 +81,7 @@ def test_an_outsider_cannot_pre_claim_a_session_s_next_notices(
 def test_an_outsider_cannot_make_the_engine_post_its_text_to_the_wake_webhook(
     engine: Callable[..., Engine], nats_url: str,
 ) -> None:
-    posted: list[dict[str, Any]] = []
-
-    class Hook(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            posted.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Hook)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/hooks/wake"
+    with wake_webhook() as (url, posted):
         host, _, _ = engine('responses:\n  - blocks: [{text: "done"}]\n',
                             notifications=RouterSettings(wake_webhook=url))
         sid = ask(host.bus, host.subjects.inbox, UserMessage(
@@ -117,5 +101,3 @@ def test_an_outsider_cannot_make_the_engine_post_its_text_to_the_wake_webhook(
         finally:
             outsider.close()
         assert not any("evil.example" in p["text"] for p in posted), posted
-    finally:
-        server.shutdown()
