@@ -316,7 +316,8 @@ class Host:
                 fh.write(self.nats.url + "\n")
             self._stack.append(lambda: _remove(url_file))
             auth = engine_auth(credentials)
-        self.bus = NatsBus(self.nats_url, name=f"tether-{settings.namespace}", auth=auth)
+        self.bus = NatsBus(self.nats_url, name=f"tether-{settings.namespace}", auth=auth,
+                           connect_timeout=settings.nats_connect_timeout)
         self._stack.append(self.bus.close)
         if settings.nats_url and self.start_actors:
             self.lease = EngineLease(self.bus, settings.namespace, settings.state_dir).acquire()

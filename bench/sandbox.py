@@ -74,11 +74,11 @@ back to back, with no pause, are measured too (``true`` only)."""
 FULL_N = 200
 FULL_WARMUP = 10
 FULL_BLOCK = 20
-QUICK_N = 10
-QUICK_WARMUP = 2
-QUICK_BLOCK = 5
+QUICK_N = 6
+QUICK_WARMUP = 1
+QUICK_BLOCK = 3
 FULL_PARTS_N = 100
-QUICK_PARTS_N = 5
+QUICK_PARTS_N = 3
 PARTS_BLOCK = 10
 PYTHON_REPEATS = 200
 """Calls per Python-only part of the breakdown (they take microseconds to a millisecond)."""

@@ -30,7 +30,7 @@ from tether.actors.ttsr.rules import Rule, Scope
 from tether.events.messages import StreamDelta
 
 SIZES = (16 * 1024, 64 * 1024, 256 * 1024, 1024 * 1024)
-QUICK_SIZES = (4 * 1024, 16 * 1024)
+QUICK_SIZES = (4 * 1024, 8 * 1024)
 DELTA = 5
 RULES = 50
 NAIVE_BUDGET_S = 60.0

@@ -51,6 +51,8 @@ from tether.events.messages import Accepted, ChannelMessage, UserMessage
 FULL_N, QUICK_N = 100, 6
 BLOCK = 5
 PAUSE = 0.25
+QUICK_PAUSE = 0.05
+"""``--quick`` is a smoke run: its settled turns wait less."""
 """Seconds before each settled turn: more than the read models' settle time (0.1 s)."""
 PACES = ("settled", "back-to-back")
 NOTES = "The notes say: ship on Friday.\n"
@@ -177,8 +179,8 @@ def case(kind: str, pace: str) -> str:
     return kind if pace == "settled" else f"{kind} {pace}"
 
 
-def measure(url: str, n: int) -> TurnResults:
-    """``n`` text turns and ``n`` tool turns each way."""
+def measure(url: str, n: int, pause: float = PAUSE) -> TurnResults:
+    """``n`` text turns and ``n`` tool turns each way, settled ones ``pause`` apart."""
     tether: dict[str, Stats] = {}
     raw: dict[str, Stats] = {}
     for kind in ("text", "tool"):
@@ -188,7 +190,7 @@ def measure(url: str, n: int) -> TurnResults:
                 engine, direct = _Engine(url, tmp, kind, n), _Raw(kind, n, tmp)
                 try:
                     tether[case(kind, pace)], raw[case(kind, pace)] = _alternate(
-                        engine.turn, direct.turn, n, PAUSE if pace == "settled" else 0.0)
+                        engine.turn, direct.turn, n, pause if pace == "settled" else 0.0)
                 finally:
                     engine.close()
                     direct.close()
@@ -197,11 +199,11 @@ def measure(url: str, n: int) -> TurnResults:
 
 def run(url: str, quick: bool = False, out: Printer = say) -> TurnResults:
     """Run and print the table and the ratios."""
-    n = QUICK_N if quick else FULL_N
+    n, pause = (QUICK_N, QUICK_PAUSE) if quick else (FULL_N, PAUSE)
     out(f"== turn: {n} text turns and {n} tool turns through Tether against the raw SDK "
         f"call(s) to the same stand-in (alternating blocks of {BLOCK}), settled "
-        f"({PAUSE} s before each) and back to back")
-    results = measure(url, n)
+        f"({pause} s before each) and back to back")
+    results = measure(url, n, pause)
     rows = []
     for pace in PACES:
         for kind in ("text", "tool"):

@@ -94,7 +94,8 @@ def remote_bus(settings: Settings, role: str = "connector") -> tuple[Any, Any]:
 
     url = settings.nats_url or read_nats_url(settings)
     auth = client_auth(settings, "engine" if role == "engine" else "connector")
-    return NatsBus(url, name="tether-cli", auth=auth), Subjects(settings.namespace)
+    return NatsBus(url, name="tether-cli", auth=auth,
+                   connect_timeout=settings.nats_connect_timeout), Subjects(settings.namespace)
 
 
 T = TypeVar("T")

@@ -147,6 +147,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """
 
     nats_url: str = ""
+    nats_connect_timeout: PositiveFloat = 10.0
+    """Seconds the first connection to NATS is tried (a server still starting is waited
+    for) before a command or the engine gives up with a one-line error."""
     database_url: str = ""
     state_dir: str = msgspec.field(default_factory=_default_state_dir_factory)
     namespace: Namespace = "tether"
@@ -263,6 +266,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 #: comma-separated.
 ENV_VARS: Final[dict[str, str]] = {
     "TETHER_NATS_URL": "nats_url",
+    "TETHER_NATS_CONNECT_TIMEOUT": "nats_connect_timeout",
     "TETHER_DATABASE_URL": "database_url",
     "TETHER_STATE_DIR": "state_dir",
     "TETHER_NAMESPACE": "namespace",

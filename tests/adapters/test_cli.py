@@ -68,7 +68,8 @@ def test_unknown_session_and_unreachable_engine_are_one_line(env: dict[str, str]
     # `events fake-llm` asks for a session named fake-llm: it does not start a server.
     code, _, err = tether("events", "fake-llm", env=env)
     assert code == 2 and "no session" in err
-    code, _, err = tether("chat", "--remote", env={**env, "TETHER_NATS_URL": "nats://127.0.0.1:1"},
+    code, _, err = tether("chat", "--remote", env={**env, "TETHER_NATS_URL": "nats://127.0.0.1:1",
+                               "TETHER_NATS_CONNECT_TIMEOUT": "1"},
                           stdin="hi\n")
     assert code == 1 and "cannot connect to NATS" in err and "Traceback" not in err
 
