@@ -11,9 +11,11 @@
   size (plain dicts and strings), one save per event, on its own temporary SQLite file.
 * **recovery**: a session of 1,000 and of 10,000 events loaded with
   :meth:`TetherApplication.session` (its latest typed snapshot, then the events after it:
-  snapshots are taken every ``SNAPSHOT_INTERVAL`` events) vs the same session from its
-  events alone (the plain-loop projector, as before snapshots), and the raw aggregate's
-  events with ``repository.get`` on the raw application (no snapshots). These sessions
+  snapshots are taken every ``SNAPSHOT_INTERVAL`` events; the conversation tree is kept
+  apart from them and read when first used, so it is timed again with its tree read, as a
+  session actor takes it up) vs the same session from its events alone (the plain-loop
+  projector, as before snapshots), and the raw aggregate's events with
+  ``repository.get`` on the raw application (no snapshots). These sessions
   never compact, so the 10,000-event one holds 5,000 messages (a 2.7 MB state); a third
   10,000-event session compacts as a real one must once its history fills 70% of a
   200K-token window (:data:`COMPACT_AT`).
@@ -285,6 +287,9 @@ class Recovery:
     compacting: bool
     """Whether it compacted its history as it grew."""
     snapshot: ReplayStats
+    with_tree: ReplayStats
+    """The same load, then its conversation tree read (kept apart from the snapshot), as
+    a session's actor does when it takes the session up."""
     events_alone: ReplayStats
     raw: ReplayStats
 
@@ -402,13 +407,20 @@ def _time_replay(get: Callable[[], Any], events: int, repeats: int) -> ReplaySta
     return ReplayStats(events, statistics.median(samples), min(samples))
 
 
+def _with_tree(session: Session | None) -> Session:
+    assert session is not None
+    session.conversation  # noqa: B018  (read, and what came since mirrored)
+    return session
+
+
 def bench_recovery(
     tapp: TetherApplication, rapp: RawApplication, events: int, repeats: int,
     compacting: bool = False,
 ) -> Recovery:
     """Load an ``events``-event session three ways: from its latest snapshot and the
-    events after it, from its events alone, and the raw aggregate's events (the raw
-    aggregate never compacts: its events alone are what is timed)."""
+    events after it (and again with its tree read), from its events alone, and the raw
+    aggregate's events (the raw aggregate never compacts: its events alone are what is
+    timed)."""
     session_id = f"benchreplay{events}{'c' if compacting else ''}"
     built = _build_long(tapp, tether_steps(session_id), events, compacting=compacting)
     raw_aggregate = _build_long(rapp, raw_steps(), events)
@@ -417,6 +429,7 @@ def bench_recovery(
         held=len(built.history),
         compacting=compacting,
         snapshot=_time_replay(lambda: tapp.session(session_id), events, repeats),
+        with_tree=_time_replay(lambda: _with_tree(tapp.session(session_id)), events, repeats),
         events_alone=_time_replay(lambda: project(None, tapp.events.get(sid_uuid)), events,
                                   repeats),
         raw=_time_replay(lambda: rapp.repository.get(raw_aggregate.id), events, repeats),
@@ -474,6 +487,7 @@ def run(quick: bool = False, out: Printer = say) -> AppendResults:
     rows = []
     for r in recovery:
         rows += [rrow("TetherApplication.session (snapshot + events)", r.snapshot, r.held),
+                 rrow("  and then its tree read", r.with_tree, r.held),
                  rrow("tether, events alone", r.events_alone, r.held),
                  rrow("raw app, repository.get", r.raw, "-")]
     for line in table(["case", "events", "history", "median ms", "min ms"], rows):

@@ -8,6 +8,7 @@ so followers (the relay, projections) wake at once instead of polling.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import uuid
@@ -27,7 +28,7 @@ from tether.events.forest import Forest, ForestState, forest_uuid
 from tether.events.inbox import RefusedMessage
 from tether.events.interactions import Interaction
 from tether.events.mapper import MsgspecMapper
-from tether.events.session import Session, session_uuid
+from tether.events.session import Session, TreeSnapshot, session_uuid, tree_uuid
 from tether.events.supervision import ActorLog, actorlog_uuid
 from tether.events.ttsr import RuleLog, rulelog_uuid
 
@@ -67,6 +68,12 @@ def project(aggregate: Any, events: Iterable[Any]) -> Any:
 SNAPSHOT_INTERVAL = 200
 """A session or forest is snapshotted at every this-many-th event, so loading one reads a
 snapshot and fewer than this many events however long it grew."""
+
+TREE_RECORD_AGE = 5 * SNAPSHOT_INTERVAL
+"""A session's snapshot points at the record of its tree (kept apart: it holds every
+message the session ever had) for at most this many events; a newer record is written
+with the snapshot once the tree was used since, or the record grew older than this (the
+messages added since are mirrored as it is read)."""
 
 
 class TetherApplication(Application[uuid.UUID]):
@@ -115,8 +122,8 @@ class TetherApplication(Application[uuid.UUID]):
     def load(self, aggregate_id: uuid.UUID, kind: type[A], version: int | None = None) -> A | None:
         """The aggregate as it stood at ``version`` (latest if None), or None if absent."""
         try:
-            aggregate = self.repository.get(
-                aggregate_id, version=version, projector_func=project
+            aggregate: Any = self.repository.get(
+                aggregate_id, version=version, projector_func=self._project_reading_trees
             )
         except AggregateNotFoundError:
             return None
@@ -132,15 +139,47 @@ class TetherApplication(Application[uuid.UUID]):
             raise TypeError(f"{aggregate_id} is a {type(aggregate).__name__}, not {kind.__name__}")
         return aggregate
 
+    def _project_reading_trees(self, aggregate: Any, events: Iterable[Any]) -> Any:
+        """:func:`project`, where a session taken from its snapshot (the first of
+        ``events``, when it has one) is given the means to read the tree it keeps apart:
+        an event after the snapshot may use it."""
+        for domain_event in events:
+            aggregate = domain_event.mutate(aggregate)
+            if isinstance(domain_event, Session.Snapshot) and isinstance(aggregate, Session):
+                aggregate.read_tree_with(functools.partial(self._tree_at, aggregate.id))
+        return aggregate
+
+    def _tree_at(self, session_id: uuid.UUID, at: int) -> Conversation:
+        """The tree record of a session stored at its version ``at``; if it is missing or
+        does not decode (a cache), the tree as the session's events up to ``at`` make it."""
+        try:
+            if self.snapshots is not None:
+                for record in self.snapshots.get(tree_uuid(session_id), gt=at - 1, lte=at):
+                    if isinstance(record, TreeSnapshot):
+                        return record.state
+        except MapperDeserialisationError:
+            log.warning("%s: a tree record could not be decoded; reading the events",
+                        session_id, exc_info=True)
+        log.warning("%s: no tree record at version %s; reading the events", session_id, at)
+        session = project(None, self.events.get(session_id, lte=at))
+        if not isinstance(session, Session):
+            raise LookupError(f"{session_id} has no session events up to version {at}")
+        return session.conversation
+
     def take_snapshot(self, aggregate_id: uuid.UUID, version: int | None = None,
                       projector_func: Any = project) -> None:
         """Snapshot the aggregate at ``version`` (the library calls this after a save that
-        reached an interval); a failure is logged, never raised into that save."""
+        reached an interval), a session's tree apart when it is due
+        (:data:`TREE_RECORD_AGE`); a failure is logged, never raised into that save."""
         try:
             aggregate = self.load(aggregate_id, Aggregate, version)
             if aggregate is None or self.snapshots is None:
                 return
-            self.snapshots.put([type(aggregate).Snapshot.take(aggregate)])
+            records: list[Any] = []
+            if isinstance(aggregate, Session):
+                tree = aggregate.tree_record(every=TREE_RECORD_AGE)
+                records += [tree] if tree is not None else []
+            self.snapshots.put([*records, type(aggregate).Snapshot.take(aggregate)])
         except Exception:
             log.warning("%s: no snapshot at version %s", aggregate_id, version, exc_info=True)
 

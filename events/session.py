@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from eventsourcing.domain import Aggregate, event
+from eventsourcing.domain import Aggregate, DomainEvent, event
 
 from tether.events.conversation import Conversation, Turn, complete_messages
 from tether.events.forest import Change, ForestError, ForestState
@@ -73,9 +75,48 @@ class SessionState(msgspec.Struct, kw_only=True):
     running_call: str
     keeps_tree: bool
     _tree: msgspec.Raw
-    """The Conversation, kept as its JSON when loaded (decoded on first use: a load that
-    needs no tree never pays for it); a Conversation when encoded."""
+    """Where the tree is: ``{"at": V}``, the tree record stored at session version V
+    (:class:`TreeSnapshot`, read on first use: a load that needs no tree never reads it).
+    Snapshots stored before the tree was kept apart hold the Conversation itself here."""
     _tree_pending: int
+
+
+class TreeRef(msgspec.Struct, forbid_unknown_fields=True):
+    """How a session's snapshot points at its tree record: stored at session version
+    ``at``."""
+
+    at: int
+
+
+class KeptApart:
+    """A session's tree not read yet: the tree record stored at session version ``at``.
+    ``load`` reads it (the application sets it as it loads the session); a session
+    rebuilt from a snapshot without an application has none, and cannot read its tree."""
+
+    __slots__ = ("at", "load")
+
+    def __init__(self, at: int, load: Callable[[int], Conversation] | None = None) -> None:
+        self.at = at
+        self.load = load
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, KeptApart) and other.at == self.at
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"KeptApart(at={self.at})"
+
+
+@dataclass(frozen=True)
+class TreeSnapshot(DomainEvent):
+    """A session's conversation tree as it stood at session version
+    ``originator_version``, kept apart from the session's own snapshots (in the same
+    table, under :func:`tree_uuid`): a tree holds every message the session ever had,
+    compacted ones too, so a load that needs no tree should not read it. Like every
+    snapshot it is a cache of the events."""
+
+    state: Conversation
 
 
 def interrupted_result(reason: str) -> str:
@@ -97,6 +138,24 @@ class Session(Aggregate):
 
     class Snapshot(TypedSnapshot):
         state: SessionState
+
+        @classmethod
+        def take(cls, aggregate: Any) -> Any:
+            """The session's snapshot; a tree kept apart is pointed at, a tree in hand
+            is kept inline (the application writes it apart first:
+            :meth:`Session.tree_record`)."""
+            snapshot = super().take(aggregate)
+            tree = aggregate._tree
+            if isinstance(tree, KeptApart):
+                snapshot.state._tree = msgspec.Raw(msgspec.json.encode(TreeRef(tree.at)))
+            return snapshot
+
+        def mutate(self, _: None) -> Aggregate:
+            session = super().mutate(None)
+            tree = vars(session)["_tree"]
+            if bytes(tree).startswith(b'{"at"'):
+                vars(session)["_tree"] = KeptApart(msgspec.json.decode(tree, type=TreeRef).at)
+            return session
 
     class Created(Aggregate.Created):
         """Declared explicitly so that fields added later have defaults: sessions stored
@@ -171,9 +230,10 @@ class Session(Aggregate):
         """The conversation tree is derived here, from this session's events. Sessions
         stored before kept it in a Forest aggregate of their own until their actor
         imports it (:meth:`import_tree`)."""
-        self._tree: Conversation | msgspec.Raw = Conversation.of_session(session_id)
+        self._tree: Conversation | msgspec.Raw | KeptApart = Conversation.of_session(
+            session_id)
         """The history mirrored into a tree of messages, and the session's place on it
-        (:attr:`conversation`)."""
+        (:attr:`conversation`): in hand, as JSON from an older snapshot, or kept apart."""
         self._tree_pending = -1
         """How many leading messages of the history the tree is to hold once mirrored (-1:
         it is up to date)."""
@@ -250,7 +310,13 @@ class Session(Aggregate):
         """The history mirrored into a tree of messages, and the session's place on it
         (decoded from a snapshot, and the messages added since mirrored, on first use)."""
         tree = self._tree
-        if isinstance(tree, msgspec.Raw):
+        if isinstance(tree, KeptApart):
+            if tree.load is None:
+                raise LookupError(f"session {self.session_id}: its tree is kept apart and "
+                                  "nothing was given to read it (load the session through "
+                                  "the application)")
+            tree = self._tree = tree.load(tree.at)
+        elif isinstance(tree, msgspec.Raw):
             tree = self._tree = msgspec.json.decode(tree, type=Conversation)
         if self._tree_pending >= 0:
             # As far as the history went when it was due (the user's message that came
@@ -258,6 +324,32 @@ class Session(Aggregate):
             limit, self._tree_pending = self._tree_pending, -1
             tree.sync(self.system_prompt, self.history, limit)
         return tree
+
+    @property
+    def tree_in_hand(self) -> bool:
+        """Whether the tree was read (or never kept apart): using it reads nothing."""
+        return isinstance(self._tree, Conversation)
+
+    def read_tree_with(self, load: Callable[[int], Conversation]) -> None:
+        """Give a tree kept apart the means to read it (its record, by version)."""
+        if isinstance(self._tree, KeptApart):
+            self._tree.load = load
+
+    def tree_record(self, every: int) -> TreeSnapshot | None:
+        """The tree to keep apart with a snapshot of the session at its version, or None
+        when the record it points at will do: it does while the tree was not used since,
+        and is less than ``every`` versions old (the messages added since are mirrored when
+        it is read, so the record is renewed before that grows long). Points the session
+        at the new record."""
+        tree = self._tree
+        if isinstance(tree, KeptApart) and self.version - tree.at < every:
+            return None
+        record = TreeSnapshot(originator_id=tree_uuid(self.id),
+                              originator_version=self.version,
+                              timestamp=TreeSnapshot.create_timestamp(),
+                              state=self.conversation)
+        self._tree = KeptApart(self.version, lambda _: record.state)
+        return record
 
     def _count_tokens(self, usage: Usage) -> None:
         self.input_tokens += usage.input_tokens
@@ -766,3 +858,9 @@ SESSION_NAMESPACE = uuid.UUID("6f1c5a52-8d5e-4a57-9a43-0d2b7d1f6e11")
 def session_uuid(session_id: str) -> uuid.UUID:
     """The aggregate id of the session with short id ``session_id`` (stable, derived)."""
     return uuid.uuid5(SESSION_NAMESPACE, f"session:{session_id}")
+
+
+def tree_uuid(session: uuid.UUID) -> uuid.UUID:
+    """The id the tree records of the session with aggregate id ``session`` are stored
+    under (:class:`TreeSnapshot`)."""
+    return uuid.uuid5(session, "tree")

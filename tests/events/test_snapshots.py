@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import uuid
 from collections.abc import Callable
 
 import msgspec
@@ -13,10 +14,10 @@ import pytest
 from eventsourcing.persistence import StoredEvent
 
 from tests.events.test_store_roundtrip import full_session
-from tether.events.application import SNAPSHOT_INTERVAL, TetherApplication
+from tether.events.application import SNAPSHOT_INTERVAL, TREE_RECORD_AGE, TetherApplication
 from tether.events.forest import Forest, ForestSnapshotState
 from tether.events.messages import TextBlock, ToolUseBlock, Usage
-from tether.events.session import Session, SessionState
+from tether.events.session import Session, SessionState, tree_uuid
 
 ENVELOPE = {"_id", "_version", "_pending_events"}
 
@@ -133,3 +134,104 @@ def test_a_snapshot_that_cannot_be_taken_does_not_fail_the_save(
     assert any("no snapshot at version 200" in r.getMessage() for r in caplog.records)
     stored = replayed(app, session)
     assert stored == session and stored.version == SNAPSHOT_INTERVAL + 6
+
+
+def stored_snapshot(app: TetherApplication, originator: uuid.UUID, version: int) -> StoredEvent:
+    assert app.snapshots is not None
+    [stored] = app.snapshots.recorder.select_events(originator, gt=version - 1, lte=version)
+    return stored
+
+
+def with_tree(session_id: str) -> Session:
+    """A session whose messages are mirrored into its tree (a system prompt is set)."""
+    session = Session(session_id=session_id, name=session_id, workspace="/ws", model="m",
+                      channel="c")
+    session.set_system_prompt(text="You are a coding agent.")
+    return session
+
+
+def test_the_tree_is_kept_apart_and_read_only_when_used(
+        app: TetherApplication, caplog: pytest.LogCaptureFixture) -> None:
+    session = with_tree("apart")
+    grow(session, app, SNAPSHOT_INTERVAL + 10)
+    nodes = len(session.conversation.tree.nodes)
+    assert nodes > SNAPSHOT_INTERVAL // 2  # every message, under the prompt's root
+
+    # The session's snapshot points at the tree's record; the record holds the tree.
+    own = msgspec.json.decode(stored_snapshot(app, session.id, SNAPSHOT_INTERVAL).state)
+    assert own["state"]["_tree"] == {"at": SNAPSHOT_INTERVAL}
+    record = stored_snapshot(app, tree_uuid(session.id), SNAPSHOT_INTERVAL)
+    assert record.topic.endswith(":TreeSnapshot")
+    assert len(record.state) > 20 * len(stored_snapshot(app, session.id,
+                                                        SNAPSHOT_INTERVAL).state) // 100
+
+    loaded = app.session("apart")
+    assert loaded is not None and not loaded.tree_in_hand  # nothing of the tree read yet
+    assert loaded.history == session.history
+    assert loaded.conversation == session.conversation  # read, and the tail mirrored
+    assert len(loaded.conversation.tree.nodes) == nodes and loaded == session
+
+    # A record lost (it is a cache): the tree is made from the events, the same.
+    assert app.snapshots is not None
+    with app.snapshots.recorder.datastore.transaction(commit=True) as cursor:
+        cursor.execute(f"DELETE FROM {_table(app)} WHERE originator_id = {_param(app)}",
+                       (_key(app, tree_uuid(session.id)),))
+    assert list(app.snapshots.get(tree_uuid(session.id))) == []
+    with caplog.at_level(logging.WARNING, logger="tether.events.application"):
+        again = app.session("apart")
+        assert again is not None and again.conversation == session.conversation
+    assert any("no tree record" in r.getMessage() for r in caplog.records)
+
+
+def test_a_tree_record_is_renewed_once_used_or_old(app: TetherApplication) -> None:
+    session = with_tree("renewed")
+    grow(session, app, TREE_RECORD_AGE + 2 * SNAPSHOT_INTERVAL)
+    assert app.snapshots is not None
+    renewed = [s.originator_version for s in app.snapshots.get(tree_uuid(session.id))]
+    # The first snapshot's session was made from its events: its tree was in hand. Then
+    # the record stays until it is older than TREE_RECORD_AGE.
+    assert renewed == [SNAPSHOT_INTERVAL, SNAPSHOT_INTERVAL + TREE_RECORD_AGE]
+
+    # A tree used after a snapshot (a compaction rewrites the history) is kept anew with
+    # the next one, so the load after it reads its record and nothing of the old one.
+    session.compact_history(summary="[Previous conversation summary: s]", replaced=10,
+                            tokens_before=100, tokens_after=10, budget=200, cost_usd=0.0)
+    top = session.version + SNAPSHOT_INTERVAL - session.version % SNAPSHOT_INTERVAL
+    grow(session, app, top - session.version)
+    assert [s.originator_version for s in app.snapshots.get(tree_uuid(session.id))][-1] == top
+    loaded = app.session("renewed")
+    assert loaded is not None and loaded == session and loaded.version == top
+
+
+def test_a_snapshot_holding_its_tree_whole_still_loads(app: TetherApplication) -> None:
+    """Snapshots stored before the tree was kept apart hold it in the session's state."""
+    session = with_tree("inline")
+    grow(session, app, 30)
+    assert app.snapshots is not None
+    inline = Session.Snapshot.take(session)  # a tree in hand is kept inline
+    app.snapshots.put([inline])
+    loaded = app.session("inline")
+    assert loaded is not None and isinstance(vars(loaded)["_tree"], msgspec.Raw)
+    assert loaded.conversation == session.conversation and loaded == session
+
+
+def _table(app: TetherApplication) -> str:
+    assert app.snapshots is not None
+    recorder = app.snapshots.recorder
+    schema = getattr(recorder.datastore, "schema", "")
+    return (f'"{schema}"."{recorder.events_table_name}"' if schema
+            else recorder.events_table_name)
+
+
+def _postgres(app: TetherApplication) -> bool:
+    assert app.snapshots is not None
+    return bool(getattr(app.snapshots.recorder.datastore, "schema", ""))
+
+
+def _param(app: TetherApplication) -> str:
+    return "%s" if _postgres(app) else "?"
+
+
+def _key(app: TetherApplication, originator: uuid.UUID) -> uuid.UUID | str:
+    """An originator id as the store's table holds it (SQLite: its hex)."""
+    return originator if _postgres(app) else originator.hex
