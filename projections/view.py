@@ -4,14 +4,29 @@ Subclasses declare ``NAME`` and ``TABLES`` and implement :meth:`TrackedView.chan
 the row changes one domain event makes). The base class builds the recorder for the
 store in use, reports its position, and applies each notification with its tracking
 record in one transaction; a position already applied is skipped.
+
+An event the view cannot make a change of (it does not decode, the view's code fails on
+it, or the store refuses the values) is passed over: logged as an ERROR with its
+position, counted in :attr:`TrackedView.passed_over`, and tracked with no change, so one
+odd event cannot stop the view, or the engine start that waits for it. The event stays
+in the log: a view rebuilt once that is fixed applies it. A store that fails (down,
+locked, its tables missing) is not passed over: the batch is raised, to be tried again.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from eventsourcing.persistence import InfrastructureFactory, IntegrityError, Tracking
+from eventsourcing.domain import EventSourcingError
+from eventsourcing.persistence import (
+    DataError,
+    InfrastructureFactory,
+    IntegrityError,
+    MapperDeserialisationError,
+    Tracking,
+)
 from eventsourcing.utils import Environment
 
 from tether.events.application import TetherApplication
@@ -25,6 +40,7 @@ from tether.projections.tables import (
 )
 
 APPLICATION = TetherApplication.name
+log = logging.getLogger(__name__)
 
 
 class TrackedView:
@@ -42,6 +58,8 @@ class TrackedView:
             else SQLiteViewRecorder
         )
         self.recorder: Any = self.factory.tracking_recorder(recorder_class(base, self.TABLES))
+        self.passed_over: list[int] = []
+        """Positions of the events this view passed over since it started."""
 
     def changes(self, domain_event: Any, position: int) -> list[Change]:
         """The row changes ``domain_event`` (at notification id ``position``) makes; none
@@ -53,16 +71,31 @@ class TrackedView:
         return int(self.recorder.max_tracking_id(APPLICATION) or 0)
 
     def consume(self, notifications: Sequence[Any]) -> None:
-        """Apply a batch of notifications, each exactly once."""
+        """Apply a batch of notifications, each exactly once (an event no change can be
+        made of is passed over; a store that fails raises)."""
         for notification in notifications:
-            domain_event = self.app.mapper.to_domain_event(notification)
+            tracking = Tracking(APPLICATION, notification.id)
             try:
-                self.recorder.apply(
-                    self.changes(domain_event, notification.id),
-                    Tracking(APPLICATION, notification.id),
-                )
+                domain_event = self.app.mapper.to_domain_event(notification)
+                self.recorder.apply(self.changes(domain_event, notification.id), tracking)
             except IntegrityError:
                 continue  # already applied (another follower got there first)
+            except (MapperDeserialisationError, DataError) as exc:
+                self._pass_over(notification, tracking, exc)
+            except EventSourcingError:
+                raise  # the store or its connections failed: not this event's doing
+            except Exception as exc:  # the view's own code failed on this event
+                self._pass_over(notification, tracking, exc)
+
+    def _pass_over(self, notification: Any, tracking: Tracking, error: Exception) -> None:
+        log.error("%s: passed over the event at position %d (%s of %s): %s: %s",
+                  self.NAME, notification.id, notification.topic, notification.originator_id,
+                  type(error).__name__, error, exc_info=error)
+        try:
+            self.recorder.apply([], tracking)
+        except IntegrityError:
+            return
+        self.passed_over.append(notification.id)
 
     def rows(self, table: str, where: Row | None = None, order: str = "") -> list[Row]:
         """Rows of one of the view's tables."""

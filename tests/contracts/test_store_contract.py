@@ -8,10 +8,12 @@ own recorder test cases are meant to be used.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from eventsourcing.domain import EventSourcingError
 from eventsourcing.persistence import IntegrityError, Tracking
 
 from tether.adapters.config import Settings
@@ -129,6 +131,27 @@ class ViewRecorderContract:
         assert view.rows(COUNTS.name) == [{"name": "Session", "n": 3}]
         assert view.position() == notes[-1].id
 
+    def test_an_event_no_change_can_be_made_of_is_passed_over_and_said(
+            self, view: TrackedView, caplog: pytest.LogCaptureFixture) -> None:
+        view.app.save(a_session())
+        notes = view.app.recorder.select_notifications(start=1, limit=100)
+        choosy = _Choosy.__new__(_Choosy)
+        vars(choosy).update(vars(view))  # the same recorder, failing on one event
+        with caplog.at_level(logging.ERROR, logger="tether.projections.view"):
+            choosy.consume(notes)
+        assert view.rows(COUNTS.name) == [{"name": "Session", "n": 2}]
+        assert view.position() == notes[-1].id and choosy.passed_over == [notes[1].id]
+        assert any(f"position {notes[1].id}" in r.getMessage() for r in caplog.records)
+
+    def test_a_store_that_fails_is_not_passed_over(self, view: TrackedView) -> None:
+        view.app.save(a_session())
+        notes = view.app.recorder.select_notifications(start=1, limit=100)
+        view.consume(notes[:1])
+        view.close()  # the view's database is gone from under it
+        with pytest.raises(EventSourcingError):
+            view.consume(notes[1:])
+        assert view.passed_over == []
+
 
 class _Backend:
     """Opens the application and the view on the backend ``url`` names."""
@@ -173,3 +196,12 @@ class TestSQLiteViewRecorder(_Backend, ViewRecorderContract):
 
 class TestPostgresViewRecorder(_PostgresBackend, ViewRecorderContract):
     pass
+
+
+class _Choosy(Counter):
+    """A counter whose code fails on one kind of event."""
+
+    def changes(self, domain_event: Any, position: int) -> list[Change]:
+        if type(domain_event).__name__ == "UserMessageReceived":
+            raise ValueError("cannot count this one")
+        return super().changes(domain_event, position)
