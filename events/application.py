@@ -193,10 +193,12 @@ class TetherApplication(Application[uuid.UUID]):
         caught_up: A = project(aggregate, self.events.get(aggregate.id, gt=aggregate.version))
         return caught_up
 
-    def forest(self, session_id: str) -> Forest | None:
-        """The Forest aggregate a session stored before sessions kept their own tree
-        recorded its tree in, or None."""
-        return self.load(forest_uuid(session_id), Forest)
+    def stored_tree(self, session_id: str) -> ForestState:
+        """The tree a session stored before sessions kept their own tree recorded in its
+        Forest aggregate (empty when it has none)."""
+        forest = self.load(forest_uuid(session_id), Forest)
+        return forest.state if forest is not None else Conversation.of_session(
+            session_id).tree
 
     def tree(self, session_id: str) -> tuple[ForestState, str] | None:
         """A session's conversation tree and the node it stands at ("" before its first
@@ -208,10 +210,8 @@ class TetherApplication(Application[uuid.UUID]):
             return None
         if session.keeps_tree:
             return session.conversation.tree, session.conversation.cursor
-        forest = self.forest(session_id)
-        if forest is None:
-            return Conversation.of_session(session_id).tree, ""
-        return forest.state, locate(forest.state, session.system_prompt, session.history)
+        tree = self.stored_tree(session_id)
+        return tree, locate(tree, session.system_prompt, session.history)
 
     def rule_log(self, session_id: str) -> RuleLog | None:
         """The TTSR rule log of a session, or None if it never had rules."""

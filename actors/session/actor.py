@@ -72,8 +72,6 @@ from tether.actors.session.pumps import pump_compaction, pump_model, pump_title
 from tether.actors.session.state import Env, State
 from tether.actors.undo import UndoError, undo_files
 from tether.events.application import TetherApplication
-from tether.events.conversation import Conversation
-from tether.events.forest import ForestState
 from tether.events.messages import ErrorReply, NoticesPlanned, Undone
 from tether.events.session import Session
 from tether.events.stamping import stamped
@@ -141,15 +139,8 @@ class SessionActor(TetherActor):
             # yet: the turn's failure records them.
             self.state.turn.turn_usage = last.turn.turn_usage
             self.state.turn.reminders = last.turn.reminders
-        self._decide(Recovered(stored_tree=None if session.keeps_tree else self._stored_tree()),
-                     None)
-
-    def _stored_tree(self) -> ForestState:
-        """The tree this session kept in a Forest aggregate of its own before sessions
-        kept theirs (empty when it has none)."""
-        forest = self.app.forest(self.session_id)
-        return forest.state if forest is not None else Conversation.of_session(
-            self.session_id).tree
+        stored_tree = None if session.keeps_tree else self.app.stored_tree(self.session_id)
+        self._decide(Recovered(stored_tree=stored_tree), None)
 
     def _create(self) -> Session:
         """Record the session the manager asked for (as configured, or as a fork)."""

@@ -23,7 +23,7 @@ from tether.actors.conversation import tree_nodes
 from tether.actors.runtime import RemoteError, ask
 from tether.adapters.host import Host
 from tether.events.codec import Decoder
-from tether.events.forest import Forest
+from tether.events.forest import Forest, forest_uuid
 from tether.events.messages import (
     Accepted,
     AnyGenerationEvent,
@@ -116,7 +116,7 @@ def test_generation_events_reach_the_bus_in_order_and_the_store_holds_the_tree(
     stored = host.app.tree(sid)
     assert stored is not None and stored[1] == view.cursor
     assert [n.node_id for n in tree_nodes(stored[0])] == [n.node_id for n in view.nodes]
-    assert host.app.forest(sid) is None
+    assert host.app.load(forest_uuid(sid), Forest) is None
 
 
 def test_the_manager_s_tree_refusals_say_why(
