@@ -19,7 +19,7 @@ import msgspec
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import MapperDeserialisationError, Recording
-from eventsourcing.utils import get_topic
+from eventsourcing.utils import TopicError, get_topic
 
 from tether.events.conversation import Conversation, locate
 from tether.events.decisions import ToolDecision
@@ -127,9 +127,9 @@ class TetherApplication(Application[uuid.UUID]):
             )
         except AggregateNotFoundError:
             return None
-        except MapperDeserialisationError:
-            # A snapshot in a shape this release does not decode (or a bad event, which
-            # the events alone will raise again): the events are the record.
+        except (MapperDeserialisationError, TopicError):
+            # A snapshot in a shape (or of a class) this release does not decode (or a bad
+            # event, which the events alone will raise again): the events are the record.
             log.warning("%s: a snapshot could not be decoded; loading from the events",
                         aggregate_id, exc_info=True)
             aggregate = project(None, self.events.get(aggregate_id, lte=version))
@@ -157,7 +157,7 @@ class TetherApplication(Application[uuid.UUID]):
                 for record in self.snapshots.get(tree_uuid(session_id), gt=at - 1, lte=at):
                     if isinstance(record, TreeSnapshot):
                         return record.state
-        except MapperDeserialisationError:
+        except (MapperDeserialisationError, TopicError):
             log.warning("%s: a tree record could not be decoded; reading the events",
                         session_id, exc_info=True)
         log.warning("%s: no tree record at version %s; reading the events", session_id, at)

@@ -9,6 +9,7 @@ it, the current status and the running totals.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ class QueuedMessage(msgspec.Struct):
     user: str
 
 
-class SessionState(msgspec.Struct, kw_only=True):
+class SessionState(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Every attribute of a :class:`Session`, typed: what its snapshots keep."""
 
     _created_on: dt.datetime
@@ -74,18 +75,15 @@ class SessionState(msgspec.Struct, kw_only=True):
     plan: str
     running_call: str
     keeps_tree: bool
-    _tree: msgspec.Raw
-    """Where the tree is: ``{"at": V}``, the tree record stored at session version V
-    (:class:`TreeSnapshot`, read on first use: a load that needs no tree never reads it).
-    Snapshots stored before the tree was kept apart hold the Conversation itself here."""
+    _tree: Conversation | None = None
+    """The Conversation itself, in snapshots stored before the tree was kept apart, and
+    in those of a session whose tree is in hand taken outside the application. A
+    snapshot holds this or ``_tree_at``."""
+    _tree_at: int | None = None
+    """Not an attribute: the session version of the record this snapshot's tree is kept
+    in (:class:`TreeSnapshot`, read on first use). An older release, which needs
+    ``_tree``, cannot decode such a snapshot, and reads the events instead."""
     _tree_pending: int
-
-
-class TreeRef(msgspec.Struct, forbid_unknown_fields=True):
-    """How a session's snapshot points at its tree record: stored at session version
-    ``at``."""
-
-    at: int
 
 
 class KeptApart:
@@ -147,14 +145,18 @@ class Session(Aggregate):
             snapshot = super().take(aggregate)
             tree = aggregate._tree
             if isinstance(tree, KeptApart):
-                snapshot.state._tree = msgspec.Raw(msgspec.json.encode(TreeRef(tree.at)))
+                snapshot.state._tree, snapshot.state._tree_at = None, tree.at
             return snapshot
 
         def mutate(self, _: None) -> Aggregate:
             session = super().mutate(None)
-            tree = vars(session)["_tree"]
-            if bytes(tree).startswith(b'{"at"'):
-                vars(session)["_tree"] = KeptApart(msgspec.json.decode(tree, type=TreeRef).at)
+            attributes = vars(session)
+            at = attributes.pop("_tree_at")
+            if at is not None:
+                attributes["_tree"] = KeptApart(at)
+            elif attributes["_tree"] is None:
+                raise ValueError(f"the snapshot of session {self.originator_id} at "
+                                 f"{self.originator_version} holds no tree")
             return session
 
     class Created(Aggregate.Created):
@@ -230,10 +232,9 @@ class Session(Aggregate):
         """The conversation tree is derived here, from this session's events. Sessions
         stored before kept it in a Forest aggregate of their own until their actor
         imports it (:meth:`import_tree`)."""
-        self._tree: Conversation | msgspec.Raw | KeptApart = Conversation.of_session(
-            session_id)
+        self._tree: Conversation | KeptApart = Conversation.of_session(session_id)
         """The history mirrored into a tree of messages, and the session's place on it
-        (:attr:`conversation`): in hand, as JSON from an older snapshot, or kept apart."""
+        (:attr:`conversation`): in hand, or kept apart (not read yet)."""
         self._tree_pending = -1
         """How many leading messages of the history the tree is to hold once mirrored (-1:
         it is up to date)."""
@@ -290,7 +291,9 @@ class Session(Aggregate):
         far as the history went now: mirroring the added messages at once or all together
         later gives the same tree, node ids included, as long as everything else that
         changes the tree, the root's prompt or the history's earlier messages uses the
-        tree first (it does: each reads :attr:`conversation` before its change). A replay
+        tree first (it does: each reads :attr:`conversation` before its change, a result
+        added to a message already complete too). The application relies on it: it
+        mirrors when it writes a tree record (:meth:`tree_record`), a replay does not. A replay
         or a load that needs no tree then neither mirrors nor decodes it."""
         self._tree_pending = complete_messages(self.history)
 
@@ -310,14 +313,19 @@ class Session(Aggregate):
         """The history mirrored into a tree of messages, and the session's place on it
         (decoded from a snapshot, and the messages added since mirrored, on first use)."""
         tree = self._tree
+        if isinstance(tree, Conversation) and self._tree_pending < 0:
+            return tree
+        with _FIRST_USE:
+            return self._read_and_mirror()
+
+    def _read_and_mirror(self) -> Conversation:
+        tree = self._tree
         if isinstance(tree, KeptApart):
             if tree.load is None:
                 raise LookupError(f"session {self.session_id}: its tree is kept apart and "
                                   "nothing was given to read it (load the session through "
                                   "the application)")
             tree = self._tree = tree.load(tree.at)
-        elif isinstance(tree, msgspec.Raw):
-            tree = self._tree = msgspec.json.decode(tree, type=Conversation)
         if self._tree_pending >= 0:
             # As far as the history went when it was due (the user's message that came
             # since waits for its reply).
@@ -598,6 +606,10 @@ class Session(Aggregate):
         if last is not None and last.role == "user" and all(
             isinstance(b, ToolResultBlock) for b in last.content
         ):
+            if complete_messages(self.history) == len(self.history):
+                # A result more for a message already complete (never so from the core):
+                # it changes a message the tree may hold, so the tree is used first.
+                self.conversation  # noqa: B018
             last.content.append(block)
         else:
             self.history.append(Turn("user", [block]))
@@ -756,6 +768,9 @@ class Session(Aggregate):
         conversation = self.conversation  # what was added before is mirrored first
         self.history = [t.copy() for t in history]
         if not self.keeps_tree:
+            # Its tree is replaced when it is imported; until then it mirrors the history.
+            conversation.rewritten()
+            self._mirror()
             return
         try:
             conversation.stand_at(node_id, self.system_prompt, self.history)
@@ -851,6 +866,10 @@ class Session(Aggregate):
                 ]
         return []
 
+
+_FIRST_USE = threading.RLock()
+"""Reading a tree and mirroring what waits is done by one thread at a time: two threads
+using one loaded session at once would otherwise each put in a tree of their own."""
 
 SESSION_NAMESPACE = uuid.UUID("6f1c5a52-8d5e-4a57-9a43-0d2b7d1f6e11")
 
