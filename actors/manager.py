@@ -32,7 +32,15 @@ from tether.actors.model.redact import Redactor
 from tether.actors.naming import name_from_prompt
 from tether.actors.paths import inside
 from tether.actors.ports import Clock, Ids, SystemClock
-from tether.actors.runtime import ActorHandle, ActorSystem, AskResult, Envelope, TetherActor, Tick
+from tether.actors.runtime import (
+    ActorHandle,
+    ActorSystem,
+    AskResult,
+    Envelope,
+    TetherActor,
+    Then,
+    Tick,
+)
 from tether.actors.session import ForkOf, NewSession, SessionTick
 from tether.events.application import TetherApplication
 from tether.events.forest import ForestError
@@ -371,14 +379,17 @@ class SessionManagerActor(TetherActor):
             last = max(i for i, t in enumerate(history) if t.role == "assistant")
             history = history[:last]
         self._copy_rule_log(source_id, sid, before_turn=source.completed_turns, only=only)
-        self.live[sid] = self.spawn(sid, NewSession(
+        self.live[sid] = started = self.spawn(sid, NewSession(
             name=name, workspace=source.workspace, channel=message.channel,
             # The source's owner keeps it: a fork request says nothing NATS vouched for;
             # and its budget (a lowered one stays lowered).
             budget_usd=source.budget_usd or self.limits.budget_usd, owner=source.owner,
             fork=ForkOf(source_id=source_id, at_version=source.version,
                         history=history, fired_rules=fired)))
-        self.reply(envelope, Accepted(session_id=sid, name=name))
+        accepted = Accepted(session_id=sid, name=name)
+        # Answered by the new session's thread once it has stored itself, so the fork
+        # can be read as soon as it is named.
+        started[-1].tell(Then(lambda: self.reply(envelope, accepted)))
 
     def _node_path(self, session_id: str, wanted: str) -> list[Turn] | str:
         """The history of a session standing at node ``wanted`` of ``session_id``'s tree,

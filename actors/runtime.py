@@ -61,6 +61,14 @@ class Envelope(msgspec.Struct):
     size: int = 0
 
 
+class Then(msgspec.Struct):
+    """Told to an actor in process: it runs ``call`` in its own thread once everything
+    told before is handled, its recovery first (what it stores as it starts is stored by
+    then); if it stopped for good, ``call`` does not run."""
+
+    call: Callable[[], None]
+
+
 class AskResult(msgspec.Struct):
     """The outcome of :meth:`TetherActor.ask_async`: ``message`` or ``error``."""
 
@@ -124,6 +132,9 @@ class TetherActor(pykka.ThreadingActor):
             if isinstance(message, Envelope) and message.reply:
                 self.bus.publish(message.reply, encode(ErrorReply(
                     error="actor_stopped", reason=f"{self.name} has stopped after failures")))
+            return None
+        if isinstance(message, Then):
+            message.call()
             return None
         inner = message.message if isinstance(message, Envelope) else message
         by_message = _session_of(inner) if self.binds_message_sessions else ""
