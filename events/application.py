@@ -153,14 +153,15 @@ class TetherApplication(Application[uuid.UUID]):
         """The tree record of a session stored at its version ``at``; if it is missing or
         does not decode (a cache), the tree as the session's events up to ``at`` make it."""
         try:
-            if self.snapshots is not None:
-                for record in self.snapshots.get(tree_uuid(session_id), gt=at - 1, lte=at):
-                    if isinstance(record, TreeSnapshot):
-                        return record.state
+            for record in self.snapshots.get(tree_uuid(session_id), gt=at - 1, lte=at) if (
+                    self.snapshots is not None) else ():
+                if isinstance(record, TreeSnapshot):
+                    return record.state
+            log.warning("%s: no tree record at version %s; reading the events",
+                        session_id, at)
         except (MapperDeserialisationError, TopicError):
-            log.warning("%s: a tree record could not be decoded; reading the events",
-                        session_id, exc_info=True)
-        log.warning("%s: no tree record at version %s; reading the events", session_id, at)
+            log.warning("%s: the tree record at version %s could not be decoded; reading "
+                        "the events", session_id, at, exc_info=True)
         session = project(None, self.events.get(session_id, lte=at))
         if not isinstance(session, Session):
             raise LookupError(f"{session_id} has no session events up to version {at}")

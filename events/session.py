@@ -292,9 +292,9 @@ class Session(Aggregate):
         later gives the same tree, node ids included, as long as everything else that
         changes the tree, the root's prompt or the history's earlier messages uses the
         tree first (it does: each reads :attr:`conversation` before its change, a result
-        added to a message already complete too). The application relies on it: it
-        mirrors when it writes a tree record (:meth:`tree_record`), a replay does not. A replay
-        or a load that needs no tree then neither mirrors nor decodes it."""
+        added to a message already complete too). A replay or a load that needs no tree
+        then neither mirrors nor reads it; the application mirrors as it writes a tree
+        record (:meth:`tree_record`), and gets the tree a replay gets."""
         self._tree_pending = complete_messages(self.history)
 
     def __eq__(self, other: object) -> bool:
@@ -311,7 +311,8 @@ class Session(Aggregate):
     @property
     def conversation(self) -> Conversation:
         """The history mirrored into a tree of messages, and the session's place on it
-        (decoded from a snapshot, and the messages added since mirrored, on first use)."""
+        (read from its record when it was kept apart, and the messages added since
+        mirrored, on first use)."""
         tree = self._tree
         if isinstance(tree, Conversation) and self._tree_pending < 0:
             return tree
