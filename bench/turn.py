@@ -6,7 +6,11 @@
 * **tool turn**: the same, answered with a ``read_file`` call, then a short text once the
   file's content comes back: two model calls, the gatekeeper's verdict and the read.
 * **raw**: the same model call(s) with the ``anthropic`` SDK straight to an identical
-  stand-in (streamed, read to the end), plus the file read for the tool turn.
+  stand-in (streamed, read to the end), plus the file read for the tool turn. Each call
+  sends the request the engine sent for the same turn, taken from the engine's stand-in:
+  the conversation so far, the system prompt and the tools, so the model work (building,
+  sending and parsing a request that grows with the conversation) is the same on both
+  sides and the difference is the engine's.
 
 Both sides run in alternating blocks, so load from other processes lands on both, and
 each is timed two ways:
@@ -33,6 +37,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import msgspec
@@ -44,7 +49,6 @@ from tether.adapters.anthropic_provider import AnthropicProvider
 from tether.adapters.config import load_settings
 from tether.adapters.fake_llm import FakeLLM, parse_script
 from tether.adapters.host import Host
-from tether.adapters.tools import BuiltinTools
 from tether.events.codec import Decoder
 from tether.events.messages import Accepted, ChannelMessage, UserMessage
 
@@ -123,34 +127,35 @@ class _Engine:
 
 
 class _Raw:
-    """The same model call(s), straight through the SDK to an identical stand-in."""
+    """The same model call(s), straight through the SDK to an identical stand-in: each
+    sends the very request the engine sent for the same turn (its conversation so far,
+    system prompt and tools), so both sides pay for the same model work."""
 
-    def __init__(self, kind: str, n: int, workspace: str) -> None:
+    def __init__(self, kind: str, n: int, workspace: str, engine: FakeLLM) -> None:
         self.kind = kind
         self.llm = FakeLLM(parse_script(_script(kind, n))).start()
         self.client = anthropic.Anthropic(api_key="bench", base_url=self.llm.base_url)
         self.notes = Path(workspace, "notes.txt")
-        self.tools = BuiltinTools().definitions(["files"])
-        """The file tools, as the engine offers them once loaded."""
+        self.engine = engine
+        self.calls = 2 if kind == "tool" else 1
+        self.next = self.calls
+        """The engine's next request to send again (its first turn is not timed)."""
 
-    def _call(self, messages: list[dict[str, object]]) -> anthropic.types.Message:
-        with self.client.messages.stream(
-                model="claude-sonnet-4-6", max_tokens=1024, messages=messages,  # type: ignore[arg-type]
-                tools=self.tools) as stream:  # type: ignore[arg-type]
+    def _call(self, body: dict[str, Any]) -> anthropic.types.Message:
+        params = {k: v for k, v in body.items() if k != "stream"}
+        with self.client.messages.stream(**params) as stream:
             return stream.get_final_message()
 
     def turn(self) -> None:
-        messages: list[dict[str, object]] = [
-            {"role": "user", "content": "what do the notes say?"}]
-        reply = self._call(messages)
+        sent = self.engine.requests[self.next:self.next + self.calls]
+        if len(sent) < self.calls:
+            raise RuntimeError("the engine has not made this turn's calls yet")
+        self.next += self.calls
+        reply = self._call(sent[0])
         if self.kind == "tool":
-            call = reply.content[0]
-            content = self.notes.read_text()
-            messages += [{"role": "assistant", "content": [call.model_dump()]},
-                         {"role": "user", "content": [{"type": "tool_result",
-                                                       "tool_use_id": getattr(call, "id", ""),
-                                                       "content": content}]}]
-            self._call(messages)
+            assert reply.content[0].type == "tool_use"
+            self.notes.read_text()  # the read the engine's tool made (its result is in sent[1])
+            self._call(sent[1])
 
     def close(self) -> None:
         self.client.close()
@@ -187,7 +192,8 @@ def measure(url: str, n: int, pause: float = PAUSE) -> TurnResults:
         for pace in PACES:  # each on a new engine, so both start from a new session
             with tempfile.TemporaryDirectory(prefix="tether-bench-turn-") as tmp:
                 Path(tmp, "notes.txt").write_text(NOTES)
-                engine, direct = _Engine(url, tmp, kind, n), _Raw(kind, n, tmp)
+                engine = _Engine(url, tmp, kind, n)
+                direct = _Raw(kind, n, tmp, engine.llm)
                 try:
                     tether[case(kind, pace)], raw[case(kind, pace)] = _alternate(
                         engine.turn, direct.turn, n, pause if pace == "settled" else 0.0)
