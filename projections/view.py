@@ -7,14 +7,16 @@ record in one transaction; a position already applied is skipped.
 
 An event the view cannot make a change of (it does not decode, the view's code fails on
 it, or the store refuses the values) is passed over: logged as an ERROR with its
-position, counted in :attr:`TrackedView.passed_over`, and tracked with no change, so one
-odd event cannot stop the view, or the engine start that waits for it. The event stays
-in the log: a view rebuilt once that is fixed applies it. A store that fails (down,
+position, and recorded, with its tracking record, in the view's own ``passed_over``
+table (:meth:`TrackedView.passed_over`: a query can say it is incomplete), so one odd
+event cannot stop the view, or the engine start that waits for it. The event stays in
+the log: a view rebuilt once that is fixed applies it. A store that fails (down,
 locked, its tables missing) is not passed over: the batch is raised, to be tried again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -42,6 +44,11 @@ from tether.projections.tables import (
 APPLICATION = TetherApplication.name
 log = logging.getLogger(__name__)
 
+PASSED_OVER = Table("passed_over", (("position", "int"), ("topic", "text"),
+                                    ("originator", "text"), ("error", "text")),
+                    key=("position",))
+"""Every view's record of the events it passed over."""
+
 
 class TrackedView:
     """Base of every projection over the Tether application's log."""
@@ -57,9 +64,8 @@ class TrackedView:
             if env.get("PERSISTENCE_MODULE") == "eventsourcing.postgres"
             else SQLiteViewRecorder
         )
-        self.recorder: Any = self.factory.tracking_recorder(recorder_class(base, self.TABLES))
-        self.passed_over: list[int] = []
-        """Positions of the events this view passed over since it started."""
+        self.recorder: Any = self.factory.tracking_recorder(
+            recorder_class(base, (*self.TABLES, PASSED_OVER)))
 
     def changes(self, domain_event: Any, position: int) -> list[Change]:
         """The row changes ``domain_event`` (at notification id ``position``) makes; none
@@ -91,11 +97,17 @@ class TrackedView:
         log.error("%s: passed over the event at position %d (%s of %s): %s: %s",
                   self.NAME, notification.id, notification.topic, notification.originator_id,
                   type(error).__name__, error, exc_info=error)
-        try:
-            self.recorder.apply([], tracking)
-        except IntegrityError:
-            return
-        self.passed_over.append(notification.id)
+        row = {"position": notification.id, "topic": notification.topic,
+               "originator": str(notification.originator_id),
+               "error": f"{type(error).__name__}: {error}"[:1000]}
+        with contextlib.suppress(IntegrityError):  # another follower got there first
+            self.recorder.apply([Change(PASSED_OVER.name, (notification.id,), lambda _: row)],
+                                tracking)
+
+    def passed_over(self) -> list[Row]:
+        """The events this view passed over (position, topic, originator, error), oldest
+        first."""
+        return self.rows(PASSED_OVER.name, order="position")
 
     def rows(self, table: str, where: Row | None = None, order: str = "") -> list[Row]:
         """Rows of one of the view's tables."""

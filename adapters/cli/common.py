@@ -151,6 +151,14 @@ def caught_up(settings: Settings, app: Any, kind: Any, purpose: str) -> Iterator
     view = open_view(kind, app, settings, purpose)
     try:
         Follower(app, name="cli", position=view.position, consume=view.consume).catch_up()
+        passed = view.passed_over()
+        if passed:
+            shown = ", ".join(str(row["position"]) for row in passed[:5])
+            print(f"tether: warning: this read model ({purpose}) passed over {len(passed)} "
+                  f"event(s) it could not apply (positions {shown}"
+                  f"{', ...' if len(passed) > 5 else ''}): what follows may be incomplete; "
+                  "the engine's log says why (docs/operations.md, backups: rebuild it once "
+                  "fixed)", file=sys.stderr)
         yield view
     finally:
         view.close()
