@@ -24,8 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
+
+import msgspec
 
 from tether.actors.ports import (
     MessageDone,
@@ -274,6 +277,7 @@ class AnthropicProvider:
                 ) from exc
             if not isinstance(tool_input, dict):
                 raise ProviderError(f"model sent a non-object input for tool {block_state.name!r}")
+            _check_storable(block_state.tool_id, block_state.name, tool_input)
             content.append(
                 ToolUseBlock(id=block_state.tool_id, name=block_state.name, input=tool_input)
             )
@@ -281,6 +285,28 @@ class AnthropicProvider:
 
     def _where(self) -> str:
         return self._base_url or "the default Anthropic endpoint"
+
+
+_TOOL_NAME_OR_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+"""What a tool-use id and a tool name from the endpoint may be (the API's ids are like
+``toolu_01A…``, its tool names ``^[a-zA-Z0-9_-]{1,64}$``): they become keys of the
+records and the read models."""
+
+
+def _check_storable(tool_id: str, name: str, tool_input: dict[str, Any]) -> None:
+    """Refuse (ProviderError) a tool call the engine could store but not read back: an id
+    or name that is not one, or an input the store's JSON cannot hold (an integer past
+    what it decodes, a lone surrogate). NaN and Infinity are kept: they are stored as
+    null, and the gatekeeper denies such an input as not valid JSON."""
+    for what, value in (("id", tool_id), ("name", name)):
+        if not _TOOL_NAME_OR_ID.fullmatch(value):
+            raise ProviderError(f"model sent a tool call whose {what} is not one "
+                                f"({value[:40]!r}{'...' if len(value) > 40 else ''})")
+    try:
+        msgspec.json.decode(msgspec.json.encode(tool_input))
+    except (msgspec.DecodeError, UnicodeEncodeError, ValueError, OverflowError) as exc:
+        raise ProviderError(f"model sent an input for tool {name!r} that cannot be "
+                            f"stored: {exc}") from exc
 
 
 def _usage(sdk_usage: Any, current: Usage) -> Usage:

@@ -175,7 +175,7 @@ class PostgresViewRecorder(_Common, PostgresTrackingRecorder):
         where = SQL(" AND ").join(SQL("{} = %s").format(Identifier(k)) for k in table.key)
         c.execute(
             SQL("SELECT * FROM {0} WHERE {1} FOR UPDATE").format(self._qualified(table), where),
-            key,
+            [_pg(k) for k in key],
         )
         found = c.fetchone()
         return dict(found) if found else None

@@ -6,12 +6,13 @@ store in use, reports its position, and applies each notification with its track
 record in one transaction; a position already applied is skipped.
 
 An event the view cannot make a change of (it does not decode, the view's code fails on
-it, or the store refuses the values) is passed over: logged as an ERROR with its
-position, and recorded, with its tracking record, in the view's own ``passed_over``
-table (:meth:`TrackedView.passed_over`: a query can say it is incomplete), so one odd
-event cannot stop the view, or the engine start that waits for it. The event stays in
-the log: a view rebuilt once that is fixed applies it. A store that fails (down,
-locked, its tables missing) is not passed over: the batch is raised, to be tried again.
+it, or the store refuses its values, say a key too long to index) is passed over: logged
+as an ERROR with its position, and recorded, with its tracking record, in the view's own
+``passed_over`` table (:meth:`TrackedView.passed_over`: a query can say it is
+incomplete), so one odd event cannot stop the view, or the engine start that waits for
+it. The event stays in the log: a view rebuilt once that is fixed applies it. A store
+that fails (down, locked, its tables missing) is not passed over: the batch is raised,
+to be tried again.
 """
 
 from __future__ import annotations
@@ -50,6 +51,16 @@ PASSED_OVER = Table("passed_over", (("position", "int"), ("topic", "text"),
 """Every view's record of the events it passed over."""
 
 
+def _caused_by_the_event(error: EventSourcingError) -> bool:
+    """Whether the store refused the event's values (a data exception, SQLSTATE class
+    22, or a limit exceeded, class 54, such as a key too long to index), which trying
+    again cannot change, rather than failing itself."""
+    if isinstance(error, DataError):
+        return True
+    state = str(getattr(error.__cause__, "sqlstate", "") or "")
+    return state[:2] in ("22", "54")
+
+
 class TrackedView:
     """Base of every projection over the Tether application's log."""
 
@@ -86,10 +97,12 @@ class TrackedView:
                 self.recorder.apply(self.changes(domain_event, notification.id), tracking)
             except IntegrityError:
                 continue  # already applied (another follower got there first)
-            except (MapperDeserialisationError, DataError) as exc:
+            except MapperDeserialisationError as exc:
                 self._pass_over(notification, tracking, exc)
-            except EventSourcingError:
-                raise  # the store or its connections failed: not this event's doing
+            except EventSourcingError as exc:
+                if not _caused_by_the_event(exc):
+                    raise  # the store or its connections failed: not this event's doing
+                self._pass_over(notification, tracking, exc)
             except Exception as exc:  # the view's own code failed on this event
                 self._pass_over(notification, tracking, exc)
 

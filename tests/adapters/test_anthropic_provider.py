@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from tether.actors.ports import (
     ToolInputDelta,
     ToolUseStart,
 )
-from tether.adapters.anthropic_provider import AnthropicProvider
+from tether.adapters.anthropic_provider import AnthropicProvider, _check_storable
 from tether.adapters.fake_llm import EXHAUSTED_TEXT, FakeLLM, parse_script
 from tether.events.messages import TextBlock, ToolUseBlock, Usage
 
@@ -414,3 +415,22 @@ def test_provider_works_across_event_loops(fake: FakeLLM, provider: AnthropicPro
 def test_repr_hides_the_key() -> None:
     provider = AnthropicProvider(api_key="sk-secret", base_url=None)
     assert "sk-secret" not in repr(provider)
+
+
+@pytest.mark.parametrize(("tool_id", "name", "raw"), [
+    ("toolu_01\x00A", "read_file", '{}'),  # a NUL in the id (PostgreSQL keys refuse it)
+    ("t" * 3000, "read_file", '{}'),  # an id too long to index
+    ("toolu_01", "read file; rm -rf /", '{}'),
+    ("toolu_01", "read_file", '{"n": -' + "9" * 4300 + "}"),  # json reads it, msgspec not
+    ("toolu_01", "read_file", '{"s": "\\ud800"}'),  # a lone surrogate cannot be encoded
+], ids=["nul-id", "long-id", "odd-name", "huge-negative", "lone-surrogate"])
+def test_a_tool_call_the_store_could_not_read_back_is_refused(
+        tool_id: str, name: str, raw: str) -> None:
+    """Stored, such a call would stop every read model on it and keep its session from
+    loading again: it is refused at the edge, as invalid JSON is."""
+    with pytest.raises(ProviderError, match=r"is not one|cannot be stored"):
+        _check_storable(tool_id, name, json.loads(raw))
+
+
+def test_a_tool_call_with_nan_is_left_to_the_gatekeeper() -> None:
+    _check_storable("toolu_01Ab-c.d:e", "mcp__files__read", {"x": float("nan"), "y": [1, "z"]})

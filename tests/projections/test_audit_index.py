@@ -70,3 +70,33 @@ def test_every_call_is_indexed_with_its_asker_verdict_and_outcome(app: Any) -> N
     batch = application.recorder.select_notifications(start=1, limit=100)
     view.consume(batch)
     assert view.query() == entries
+
+
+def test_a_key_the_database_refuses_passes_the_call_over_and_says_so(app: Any) -> None:
+    """Ids that reached the store before the provider checked them (a NUL, an id too
+    long to index): a NUL is stored as U+FFFD like any other text, and an id the database
+    cannot index is passed over and recorded, never retried for ever."""
+    import random
+    import string
+
+    application, view, _ = app
+    rng = random.Random(1)  # incompressible: PostgreSQL's index cannot hold it
+    long_id = "".join(rng.choice(string.ascii_letters) for _ in range(3000))
+    s = Session(session_id="s1", name="n", workspace="/w", model="m", channel="web")
+    s.receive_user_message(text="hi", channel="web", user="ana")
+    for call_id in ("c\x00nul", long_id, "after"):
+        s.propose_tool_call(call_id=call_id, tool="run_shell", tool_input={"command": "ls"},
+                            action_hash="h")
+        s.decide_tool_call(call_id=call_id, decision="allow", reason="ok", tier="default")
+    application.save(s)
+    Follower(application, name="t", position=view.position, consume=view.consume).catch_up()
+
+    ids = [e.call_id for e in view.query()]
+    assert view.position() == application.max_notification_id()  # not stuck
+    assert "after" in ids and any(i.startswith("c") and i.endswith("nul") for i in ids)
+    postgres = "postgres" in str(application.recorder.__class__).lower()
+    if postgres:  # SQLite indexes any length
+        [passed] = view.passed_over()  # its proposal (the verdict then finds no row)
+        assert long_id not in ids and passed["topic"].endswith("ToolCallProposed")
+    else:
+        assert long_id in ids and view.passed_over() == []
