@@ -40,6 +40,7 @@ from tether.actors.ports import (
     ToolInputDelta,
     ToolUseStart,
 )
+from tether.events.codec import without_lone_surrogates
 from tether.events.messages import ContentBlock, TextBlock, ToolUseBlock, Usage
 
 __all__ = [
@@ -201,24 +202,29 @@ class AnthropicProvider:
                     elif kind == "content_block_start":
                         block = event.content_block
                         if block.type == "tool_use":
+                            _check_names(block.id, block.name)
                             blocks[event.index] = _Block("tool_use", block.id, block.name)
                             yield ToolUseStart(index=event.index, id=block.id, name=block.name)
                         elif block.type == "text":
                             blocks[event.index] = _Block("text")
                             if block.text:
-                                blocks[event.index].parts.append(block.text)
-                                yield TextDelta(index=event.index, text=block.text)
+                                text = without_lone_surrogates(block.text)
+                                blocks[event.index].parts.append(text)
+                                yield TextDelta(index=event.index, text=text)
                         elif block.type == "thinking" and block.thinking:
-                            yield ThinkingDelta(index=event.index, text=block.thinking)
+                            yield ThinkingDelta(index=event.index,
+                                                text=without_lone_surrogates(block.thinking))
                         # other block kinds (server tools...) are not forwarded
                     elif kind == "content_block_delta":
                         delta = event.delta
                         target = blocks.get(event.index)
                         if delta.type == "text_delta" and target is not None:
-                            target.parts.append(delta.text)
-                            yield TextDelta(index=event.index, text=delta.text)
+                            text = without_lone_surrogates(delta.text)
+                            target.parts.append(text)
+                            yield TextDelta(index=event.index, text=text)
                         elif delta.type == "thinking_delta":
-                            yield ThinkingDelta(index=event.index, text=delta.thinking)
+                            yield ThinkingDelta(index=event.index,
+                                                text=without_lone_surrogates(delta.thinking))
                         elif delta.type == "input_json_delta" and target is not None:
                             target.parts.append(delta.partial_json)
                             yield ToolInputDelta(index=event.index, partial_json=delta.partial_json)
@@ -277,7 +283,7 @@ class AnthropicProvider:
                 ) from exc
             if not isinstance(tool_input, dict):
                 raise ProviderError(f"model sent a non-object input for tool {block_state.name!r}")
-            _check_storable(block_state.tool_id, block_state.name, tool_input)
+            _check_storable(block_state.name, tool_input)
             content.append(
                 ToolUseBlock(id=block_state.tool_id, name=block_state.name, input=tool_input)
             )
@@ -293,15 +299,20 @@ _TOOL_NAME_OR_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 records and the read models."""
 
 
-def _check_storable(tool_id: str, name: str, tool_input: dict[str, Any]) -> None:
-    """Refuse (ProviderError) a tool call the engine could store but not read back: an id
-    or name that is not one, or an input the store's JSON cannot hold (an integer past
-    what it decodes, a lone surrogate). NaN and Infinity are kept: they are stored as
-    null, and the gatekeeper denies such an input as not valid JSON."""
+def _check_names(tool_id: str, name: str) -> None:
+    """Refuse (ProviderError) a tool call whose id or name is not one: they become keys of
+    the records and the read models (a NUL, an id too long to index, would break them)."""
     for what, value in (("id", tool_id), ("name", name)):
         if not _TOOL_NAME_OR_ID.fullmatch(value):
             raise ProviderError(f"model sent a tool call whose {what} is not one "
                                 f"({value[:40]!r}{'...' if len(value) > 40 else ''})")
+
+
+def _check_storable(name: str, tool_input: dict[str, Any]) -> None:
+    """Refuse (ProviderError) a tool input the store could write but not read back (an
+    integer past what it decodes) or not write at all (a lone surrogate). NaN and
+    Infinity are kept: they are stored as null, and the gatekeeper denies such an input
+    as not valid JSON."""
     try:
         msgspec.json.decode(msgspec.json.encode(tool_input))
     except (msgspec.DecodeError, UnicodeEncodeError, ValueError, OverflowError) as exc:

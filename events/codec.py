@@ -65,6 +65,17 @@ class DecodeFailure(Exception):
         self.reason = reason
 
 
+def without_lone_surrogates(text: str) -> str:
+    """``text`` with every lone surrogate (which JSON's ``\\ud800`` escapes can give, and
+    which no encoding to UTF-8 accepts: a message holding one can be neither sent nor
+    stored) replaced by U+FFFD; pairs are joined. ``text`` itself when it has none."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
 def encode(message: Any) -> bytes:
     """Encode a Struct (or any msgspec-encodable value) as compact JSON."""
     return _encoder.encode(message)

@@ -29,7 +29,7 @@ from tether.adapters.telegram.channels import PREFIX, channel_for, chat_for, par
 from tether.adapters.telegram.notices import INFO, NoticeView
 from tether.adapters.telegram.sender import ChatSender
 from tether.adapters.telegram.state import Chat
-from tether.events.codec import DecodeFailure, Decoder, encode
+from tether.events.codec import DecodeFailure, Decoder, encode, without_lone_surrogates
 from tether.events.messages import Accepted, ChannelMessage, ErrorReply, UserMessage
 from tether.events.subjects import Subjects, check_token
 
@@ -223,7 +223,9 @@ class TelegramConnector:
         if not message.text:
             return  # photos, stickers, joins...: nothing for a coding agent to read
         chat = self._chat(message.chat.id)
-        self._spawn(self._on_text(chat, message.from_user.id, message.text))
+        # Telegram's JSON may carry a lone surrogate, which no message on the bus can hold.
+        text = without_lone_surrogates(message.text)
+        self._spawn(self._on_text(chat, message.from_user.id, text))
 
     async def _on_text(self, chat: Chat, user_id: int, text: str) -> None:
         # One message of a chat at a time, in order: the first may start the session the

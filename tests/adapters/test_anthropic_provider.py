@@ -20,8 +20,9 @@ from tether.actors.ports import (
     ToolInputDelta,
     ToolUseStart,
 )
-from tether.adapters.anthropic_provider import AnthropicProvider, _check_storable
+from tether.adapters.anthropic_provider import AnthropicProvider, _check_names, _check_storable
 from tether.adapters.fake_llm import EXHAUSTED_TEXT, FakeLLM, parse_script
+from tether.events.codec import without_lone_surrogates
 from tether.events.messages import TextBlock, ToolUseBlock, Usage
 
 SCRIPT = """
@@ -429,8 +430,16 @@ def test_a_tool_call_the_store_could_not_read_back_is_refused(
     """Stored, such a call would stop every read model on it and keep its session from
     loading again: it is refused at the edge, as invalid JSON is."""
     with pytest.raises(ProviderError, match=r"is not one|cannot be stored"):
-        _check_storable(tool_id, name, json.loads(raw))
+        _check_names(tool_id, name)
+        _check_storable(name, json.loads(raw))
 
 
 def test_a_tool_call_with_nan_is_left_to_the_gatekeeper() -> None:
-    _check_storable("toolu_01Ab-c.d:e", "mcp__files__read", {"x": float("nan"), "y": [1, "z"]})
+    _check_names("toolu_01Ab-c.d:e", "mcp__files__read")
+    _check_storable("mcp__files__read", {"x": float("nan"), "y": [1, "z"]})
+
+
+def test_text_with_a_lone_surrogate_can_be_sent_and_stored() -> None:
+    assert without_lone_surrogates("plain") == "plain"
+    assert without_lone_surrogates("a\ud800b") == "a\ufffdb"
+    assert without_lone_surrogates("\ud83d\ude00") == "\U0001f600"  # a pair is joined

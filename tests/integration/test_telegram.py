@@ -326,3 +326,16 @@ def test_a_wrong_token_stops_the_start(nats_url: str, namespace: str,
         assert [c.method for c in telegram.calls] == ["getMe"]
     finally:
         bus.close()
+
+
+def test_a_lone_surrogate_in_a_message_is_replaced_not_lost(
+    make_host: Callable[..., Host], fake_llm: Callable[[str], FakeLLM],
+    connect: Callable[..., TelegramConnector], telegram: TelegramStandIn,
+) -> None:
+    """Telegram's JSON may escape a lone surrogate, which no bus message can carry."""
+    host = engine(make_host, fake_llm, "responses:\n  - blocks: [{text: Noted.}]\n")
+    connector = connect(host.nats_url, host.settings.namespace)
+    telegram.push_text(ANA, ANA, "hello \ud800 there")
+    wait_until(lambda: telegram.texts(ANA).count("Noted.") == 1, "the reply")
+    session = host.app.session(connector.session_of(ANA))
+    assert session is not None and session.history[0].content[0].text == "hello \ufffd there"
