@@ -72,6 +72,7 @@ from tether.actors.session.pumps import pump_compaction, pump_model, pump_title
 from tether.actors.session.state import Env, State
 from tether.actors.undo import UndoError, undo_files
 from tether.events.application import TetherApplication
+from tether.events.codec import without_lone_surrogates
 from tether.events.messages import ErrorReply, NoticesPlanned, Undone
 from tether.events.session import Session
 from tether.events.stamping import stamped
@@ -275,6 +276,9 @@ class SessionActor(TetherActor):
                     # Copy what the call is about to change, so `tether undo` can put it back.
                     snapshot = store.take(session_id, f"{generation}-{call.id}", writes, root)
                 output = tools.execute(call.name, call.input, workspace, grant)
+                # A file name that is not UTF-8 reaches Python as lone surrogates, which
+                # no message can hold: the output would be neither stored nor sent.
+                output = ToolOutput(without_lone_surrogates(output.content), output.is_error)
             except OSError as exc:
                 output = ToolOutput(f"not run: could not snapshot the files it changes: {exc}",
                                     True)

@@ -10,7 +10,6 @@ from mcp import types
 from mcp.shared.exceptions import McpError
 
 from tether.actors.ports import ToolOutput
-from tether.events.codec import without_lone_surrogates
 
 #: Most characters of a result returned to the model.
 DEFAULT_MAX_OUTPUT_CHARS = 30_000
@@ -53,7 +52,7 @@ def render_result(result: types.CallToolResult, max_chars: int = DEFAULT_MAX_OUT
     parts = [describe_block(block) for block in result.content]
     if not parts and result.structuredContent is not None:
         parts = [json.dumps(result.structuredContent, ensure_ascii=False)]
-    text = without_lone_surrogates("\n".join(parts)) or "(no output)"
+    text = "\n".join(parts) or "(no output)"
     if len(text) > max_chars:
         text = (f"{text[:max_chars]}\n[output truncated: {len(text)} characters, the first "
                 f"{max_chars} shown]")

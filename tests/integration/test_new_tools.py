@@ -53,3 +53,31 @@ responses:
     refused = [e.reason for e in host.app.session_events(sid)
                if type(e).__name__ == "ToolCallRefused"]
     assert refused and "identity or guardrail file" in refused[-1]
+
+
+def test_a_file_name_that_is_not_utf8_reaches_the_model_and_the_store(
+    engine: Callable[..., Engine], workspace: Path, watch_channel: Callable[..., Any],
+) -> None:
+    """Python reads such a name as lone surrogates, which nothing can store or send: the
+    listing shows U+FFFD for the bytes, and the turn ends as any other."""
+    (workspace / "good.txt").write_text("x")
+    with open(bytes(workspace) + b"/bad\xff.txt", "w") as handle:
+        handle.write("x")
+    script = """
+responses:
+  - match: "list"
+    blocks:
+      - tool_use: {name: list_dir, input: {path: "."}}
+  - match: "good.txt"
+    blocks: [{text: "Two files."}]
+"""
+    host, _, _ = engine(script)
+    channel = watch_channel(host, "test")
+    sid = say(host, "list the files")
+    channel.wait_for("completed")
+    session = host.app.session(sid)
+    assert session is not None
+    [result] = [b for t in session.history for b in t.content
+                if type(b).__name__ == "ToolResultBlock"]
+    assert "bad\ufffd.txt" in result.content and "good.txt" in result.content
+    assert session.history[-1].content[0].text == "Two files."
