@@ -143,11 +143,14 @@ class TetherApplication(Application[uuid.UUID]):
         """:func:`project`, where a session taken from its snapshot (the first of
         ``events``, when it has one) is given the means to read the tree it keeps apart:
         an event after the snapshot may use it."""
-        for domain_event in events:
-            aggregate = domain_event.mutate(aggregate)
-            if isinstance(domain_event, Session.Snapshot) and isinstance(aggregate, Session):
-                aggregate.read_tree_with(functools.partial(self._tree_at, aggregate.id))
-        return aggregate
+        events = iter(events)
+        first = next(events, None)
+        if first is None:
+            return aggregate
+        aggregate = first.mutate(aggregate)
+        if isinstance(aggregate, Session):  # (a no-op for a tree in hand)
+            aggregate.read_tree_with(functools.partial(self._tree_at, aggregate.id))
+        return project(aggregate, events)
 
     def _tree_at(self, session_id: uuid.UUID, at: int) -> Conversation:
         """The tree record of a session stored at its version ``at``; if it is missing or

@@ -69,6 +69,8 @@ def without_lone_surrogates(text: str) -> str:
     """``text`` with every lone surrogate (which JSON's ``\\ud800`` escapes can give, and
     which no encoding to UTF-8 accepts: a message holding one can be neither sent nor
     stored) replaced by U+FFFD; pairs are joined. ``text`` itself when it has none."""
+    if text.isascii():  # most text, on the stream's path: no copy made
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
