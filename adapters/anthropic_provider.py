@@ -201,8 +201,11 @@ class AnthropicProvider:
                         usage = _usage(event.message.usage, usage)
                     elif kind == "content_block_start":
                         block = event.content_block
+                        if event.index in blocks:  # the first would vanish unrecorded
+                            raise ProviderError(
+                                f"model sent two content blocks at index {event.index}")
                         if block.type == "tool_use":
-                            _check_names(block.id, block.name)
+                            _check_new_call(blocks, block.id, block.name)
                             blocks[event.index] = _Block("tool_use", block.id, block.name)
                             yield ToolUseStart(index=event.index, id=block.id, name=block.name)
                         elif block.type == "text":
@@ -225,11 +228,13 @@ class AnthropicProvider:
                         elif delta.type == "thinking_delta":
                             yield ThinkingDelta(index=event.index,
                                                 text=without_lone_surrogates(delta.thinking))
-                        elif delta.type == "input_json_delta" and target is not None:
+                        elif (delta.type == "input_json_delta" and target is not None
+                              and target.kind == "tool_use"):
                             target.parts.append(delta.partial_json)
                             yield ToolInputDelta(index=event.index, partial_json=delta.partial_json)
                     elif kind == "message_delta":
-                        stop_reason = event.delta.stop_reason or stop_reason
+                        stop_reason = without_lone_surrogates(
+                            event.delta.stop_reason or stop_reason)
                         usage = _usage(event.usage, usage)
                     elif kind == "message_stop":
                         saw_stop = True
@@ -299,9 +304,12 @@ _TOOL_NAME_OR_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 records and the read models."""
 
 
-def _check_names(tool_id: str, name: str) -> None:
-    """Refuse (ProviderError) a tool call whose id or name is not one: they become keys of
-    the records and the read models (a NUL, an id too long to index, would break them)."""
+def _check_new_call(blocks: dict[int, _Block], tool_id: str, name: str) -> None:
+    """Refuse (ProviderError) a tool call whose id or name is not one (they become keys of
+    the records and the read models: a NUL, an id too long to index, would break them),
+    or whose id another call of the message has (the audit could not tell them apart)."""
+    if any(b.kind == "tool_use" and b.tool_id == tool_id for b in blocks.values()):
+        raise ProviderError(f"model sent two tool calls with the id {tool_id!r}")
     for what, value in (("id", tool_id), ("name", name)):
         if not _TOOL_NAME_OR_ID.fullmatch(value):
             raise ProviderError(f"model sent a tool call whose {what} is not one "
@@ -309,15 +317,19 @@ def _check_names(tool_id: str, name: str) -> None:
 
 
 def _check_storable(name: str, tool_input: dict[str, Any]) -> None:
-    """Refuse (ProviderError) a tool input the store could write but not read back (an
-    integer past what it decodes) or not write at all (a lone surrogate). NaN and
-    Infinity are kept: they are stored as null, and the gatekeeper denies such an input
-    as not valid JSON."""
+    """Refuse (ProviderError) a tool input the store would not hold as it is: one it could
+    write but not read back (an integer past what it decodes), not write at all (a lone
+    surrogate), or would write changed (NaN and Infinity, which JSON has not, become
+    null: the session's history would then differ from its record, and the next request
+    could not be sent)."""
     try:
-        msgspec.json.decode(msgspec.json.encode(tool_input))
+        stored = msgspec.json.decode(msgspec.json.encode(tool_input))
     except (msgspec.DecodeError, UnicodeEncodeError, ValueError, OverflowError) as exc:
         raise ProviderError(f"model sent an input for tool {name!r} that cannot be "
                             f"stored: {exc}") from exc
+    if stored != tool_input:
+        raise ProviderError(f"model sent an input for tool {name!r} that cannot be "
+                            "stored as it is (NaN or Infinity)")
 
 
 def _usage(sdk_usage: Any, current: Usage) -> Usage:

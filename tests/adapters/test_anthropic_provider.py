@@ -20,7 +20,12 @@ from tether.actors.ports import (
     ToolInputDelta,
     ToolUseStart,
 )
-from tether.adapters.anthropic_provider import AnthropicProvider, _check_names, _check_storable
+from tether.adapters.anthropic_provider import (
+    AnthropicProvider,
+    _Block,
+    _check_new_call,
+    _check_storable,
+)
 from tether.adapters.fake_llm import EXHAUSTED_TEXT, FakeLLM, parse_script
 from tether.events.codec import without_lone_surrogates
 from tether.events.messages import TextBlock, ToolUseBlock, Usage
@@ -424,19 +429,25 @@ def test_repr_hides_the_key() -> None:
     ("toolu_01", "read file; rm -rf /", '{}'),
     ("toolu_01", "read_file", '{"n": -' + "9" * 4300 + "}"),  # json reads it, msgspec not
     ("toolu_01", "read_file", '{"s": "\\ud800"}'),  # a lone surrogate cannot be encoded
-], ids=["nul-id", "long-id", "odd-name", "huge-negative", "lone-surrogate"])
-def test_a_tool_call_the_store_could_not_read_back_is_refused(
+    ("toolu_01", "read_file", '{"n": NaN}'),  # stored as null: history and record differ
+    ("toolu_01", "read_file", '{"n": 1e400}'),  # Infinity, the same
+    ("toolu_02", "read_file", '{}'),  # the id of another call of the message
+], ids=["nul-id", "long-id", "odd-name", "huge-negative", "lone-surrogate", "nan",
+        "infinity", "repeated-id"])
+def test_a_tool_call_the_store_could_not_hold_as_it_is_is_refused(
         tool_id: str, name: str, raw: str) -> None:
-    """Stored, such a call would stop every read model on it and keep its session from
-    loading again: it is refused at the edge, as invalid JSON is."""
-    with pytest.raises(ProviderError, match=r"is not one|cannot be stored"):
-        _check_names(tool_id, name)
+    """Stored, such a call would stop the read models on it, hide it from the audit or
+    keep its session from loading or sending again: it is refused at the edge, as
+    invalid JSON is."""
+    earlier = {0: _Block("tool_use", "toolu_02", "read_file")}
+    with pytest.raises(ProviderError, match=r"is not one|cannot be stored|two tool calls"):
+        _check_new_call(earlier, tool_id, name)
         _check_storable(name, json.loads(raw))
 
 
-def test_a_tool_call_with_nan_is_left_to_the_gatekeeper() -> None:
-    _check_names("toolu_01Ab-c.d:e", "mcp__files__read")
-    _check_storable("mcp__files__read", {"x": float("nan"), "y": [1, "z"]})
+def test_a_plain_tool_call_passes() -> None:
+    _check_new_call({}, "toolu_01Ab-c.d:e", "mcp__files__read")
+    _check_storable("mcp__files__read", {"x": 1.5, "y": [1, "z", None, True], "big": 2**70})
 
 
 def test_text_with_a_lone_surrogate_can_be_sent_and_stored() -> None:
