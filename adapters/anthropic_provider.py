@@ -193,7 +193,11 @@ class AnthropicProvider:
         saw_stop = False
         events = 0
         try:
-            async with client.messages.stream(**params) as stream:
+            # The raw event stream: the SDK's stream() helper also builds a snapshot of
+            # the whole message at every event (pydantic models), which costs more than
+            # the call's own work on a short reply; the blocks are gathered here anyway.
+            # Leaving the context (or cancelling the task in it) closes the connection.
+            async with await client.messages.create(stream=True, **params) as stream:
                 async for event in stream:
                     kind = event.type
                     if kind == "message_start":
@@ -241,7 +245,7 @@ class AnthropicProvider:
                     elif kind == "content_block_stop":
                         pass
                     else:
-                        continue  # the SDK's derived events (text, input_json...)
+                        continue  # an event kind this code does not know (a newer API)
                     events += 1
         except ProviderError:
             raise
