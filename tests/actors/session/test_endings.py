@@ -287,3 +287,22 @@ def test_a_turn_cut_short_by_a_restart_counts_what_it_spent() -> None:
     (failed,) = fed.recorded(Session.TurnFailed)
     assert failed.cost_usd > 0
     assert fresh.session.cost_usd == pytest.approx(failed.cost_usd)
+
+
+def test_a_message_stored_before_a_restart_is_answered_before_one_sent_after() -> None:
+    """The process died between storing a message and starting its turn: the recovered
+    session answers it first, and a message sent meanwhile waits its turn."""
+    core = Core()
+    core.session.queue_user_message(text="the first question", channel="term", user="alice")
+    core.session.collect_events()
+    (first,) = core.feed(Recovered()).of(CallModel)
+    assert "the first question" in str(first.request.messages[-1])
+    waits = core.say("the second question")
+    assert waits.names() == ["UserMessageQueued"] and not waits.of(CallModel)
+    (second,) = core.answer("A slow first answer.").of(CallModel)
+    assert "the second question" in str(second.request.messages[-1])
+    core.answer("The second answer.")
+    assert core.session.turns == 2 and core.session.queued == []
+    replies = [b.text for t in core.session.history if t.role == "assistant"
+               for b in t.content if isinstance(b, TextBlock)]
+    assert replies == ["A slow first answer.", "The second answer."]
