@@ -1,5 +1,8 @@
 """Messages that arrive mid-turn, and kills while a tool runs: nothing lost, history valid.
 
+(A message stored before a restart answered first, and a killed session resumed with a
+valid history, are decided on plain values in tests/actors/session/test_endings.py.)
+
 The fake model refuses (HTTP 400) any conversation the real Messages API would refuse, so
 a tool_use left without a tool_result fails these tests the way it would fail users.
 """
@@ -90,24 +93,3 @@ def test_kill_while_a_tool_runs_keeps_the_history_valid(
     channel.wait_for("completed")
     assert [m.text for m in channel.seen if m.kind == "reply"][-1] == "Picking up after the kill."
 
-
-def test_a_stored_queued_message_is_taken_up_when_the_session_starts(
-    fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host],
-    watch_channel: Callable[..., Any], workspace: Path,
-) -> None:
-    from tether.events.session import Session
-
-    host = make_host(fake_llm(SCRIPT))
-    # As a process would leave it had it died between storing and starting a turn.
-    stored = Session(session_id="left1", name="left", workspace=str(workspace),
-                     model="m", channel="test")
-    stored.queue_user_message(text="the first question", channel="test", user="ana")
-    host.app.save(stored)
-
-    channel = watch_channel(host, "test")
-    say(host, "the second question", "left1", user="ana")
-    channel.wait_for("completed")
-    channel.wait_for("completed")
-    replies = [m.text for m in channel.seen if m.kind == "reply"]
-    assert replies == ["A slow first answer, streamed in many small pieces.",
-                       "The second answer."]

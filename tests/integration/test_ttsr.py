@@ -129,37 +129,6 @@ responses:
     assert log is not None and sorted(log.fired) == ["no-fixme", "no-todo"]
 
 
-def test_the_barrier_stops_a_violating_tool_call_before_it_runs(
-    tmp_path: Path, workspace: Path, fake_llm: Callable[[str], FakeLLM],
-    make_host: Callable[..., Host], watch_channel: Callable[..., Any],
-) -> None:
-    rule(tmp_path / "rules", "no-secrets-file", r"secrets\.txt", "Never touch secrets.txt.",
-         scope="tool:write_file")
-    script = """
-responses:
-  - match: "save"
-    chunk: 200
-    blocks:
-      - text: "Saving it."
-      - tool_use: {name: write_file, input: {path: secrets.txt, content: "x"}}
-  - match: "Never touch"
-    blocks:
-      - tool_use: {name: write_file, input: {path: notes.txt, content: "x"}}
-  - match: "wrote"
-    blocks: [{text: "Saved to notes.txt instead."}]
-"""
-    _, host, channel = start(fake_llm, make_host, watch_channel, script)
-    sid = say(host, "save the data")
-    channel.wait_for("completed")
-    assert not (workspace / "secrets.txt").exists()
-    assert (workspace / "notes.txt").exists()
-    session = host.app.session(sid)
-    assert session is not None
-    calls = [b.input["path"] for t in session.history for b in t.content
-             if isinstance(b, ToolUseBlock)]
-    assert calls == ["notes.txt"]  # the violating call was never stored, nor run
-
-
 def test_a_path_glob_limits_a_rule_to_matching_files(
     tmp_path: Path, workspace: Path, fake_llm: Callable[[str], FakeLLM],
     make_host: Callable[..., Host], watch_channel: Callable[..., Any],
@@ -189,6 +158,13 @@ responses:
     channel.wait_for("completed")
     assert (workspace / "notes.md").read_text() == "print(x) is fine here"
     assert (workspace / "app.py").read_text() == "log.info(x)"
+    # The barrier stopped the violating call before it ran: it was never stored nor run.
+    session = host.app.session(sid)
+    assert session is not None
+    written = [b.input["content"] for t in session.history for b in t.content
+               if isinstance(b, ToolUseBlock)]
+    assert written == ["print(x) is fine here", "log.info(x)"]
+    assert names(host, sid).count("ToolCallStarted") == 2
 
 
 def test_never_reminds_after_the_turn_without_interrupting(

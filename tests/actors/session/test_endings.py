@@ -248,3 +248,61 @@ def run_list_dir(core: Core) -> Fed:
 
 def compacting_next(core: Core) -> bool:
     return bool(core.say("and now?").of(Compact))
+
+
+def test_a_killed_session_resumes_on_its_next_message_with_a_history_the_model_accepts() -> None:
+    """A call killed while it runs is answered as of unknown outcome; the session's next
+    message resumes it, and the model gets every call with its result."""
+    core = eager()
+    call = ToolUseBlock(id="c1", name="run_shell", input={"command": "sleep 8"})
+    approved_run(core, call)
+    core.feed(KillSession(session_id=SID))
+    (result,) = [b for t in core.session.history for b in t.content
+                 if isinstance(b, ToolResultBlock)]
+    assert result.is_error and "killed" in result.content
+    assert "outcome is unknown" in result.content
+    fed = core.say("continue please")
+    statuses = [(e.status, e.reason) for e in core.log if isinstance(e, Session.StatusChanged)]
+    assert statuses[-2:] == [("killed", "killed by user"), ("running", "resumed")]
+    (resumed,) = fed.of(CallModel)
+    messages = resumed.request.messages
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    assert [b["type"] for b in messages[-1]["content"]] == ["tool_result", "text"]
+    assert messages[-1]["content"][0]["tool_use_id"] == "c1"
+    assert core.answer("Picking up after the kill.").recorded(Session.TurnCompleted)
+
+
+def test_a_turn_cut_short_by_a_restart_counts_what_it_spent() -> None:
+    """What the cut-short turn spent is not stored yet when the actor restarts (the shell
+    carries it over to the reloaded state): the turn's failure counts it, and the budget
+    sees it."""
+    core = eager(model="claude-sonnet-4-5")
+    approved_run(core, read_call())
+    spent = core.state.turn.turn_usage
+    assert spent.input_tokens > 0  # the model call that asked for the call
+    fresh = eager(model="claude-sonnet-4-5")
+    fresh.state.session = core.session
+    fresh.state.turn.turn_usage = spent
+    fed = fresh.feed(Recovered())
+    (failed,) = fed.recorded(Session.TurnFailed)
+    assert failed.cost_usd > 0
+    assert fresh.session.cost_usd == pytest.approx(failed.cost_usd)
+
+
+def test_a_message_stored_before_a_restart_is_answered_before_one_sent_after() -> None:
+    """The process died between storing a message and starting its turn: the recovered
+    session answers it first, and a message sent meanwhile waits its turn."""
+    core = Core()
+    core.session.queue_user_message(text="the first question", channel="term", user="alice")
+    core.session.collect_events()
+    (first,) = core.feed(Recovered()).of(CallModel)
+    assert "the first question" in str(first.request.messages[-1])
+    waits = core.say("the second question")
+    assert waits.names() == ["UserMessageQueued"] and not waits.of(CallModel)
+    (second,) = core.answer("A slow first answer.").of(CallModel)
+    assert "the second question" in str(second.request.messages[-1])
+    core.answer("The second answer.")
+    assert core.session.turns == 2 and core.session.queued == []
+    replies = [b.text for t in core.session.history if t.role == "assistant"
+               for b in t.content if isinstance(b, TextBlock)]
+    assert replies == ["A slow first answer.", "The second answer."]

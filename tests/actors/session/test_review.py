@@ -3,7 +3,9 @@ the plan review with its answers (seed 000)."""
 
 from __future__ import annotations
 
-from tests.actors.session.driver import SID, Core, eager
+import json
+
+from tests.actors.session.driver import SID, Core, Fed, eager
 from tether.actors.modes import plan_file_for
 from tether.actors.ports import ToolOutput
 from tether.actors.session import Phase, SessionConfig
@@ -12,8 +14,10 @@ from tether.actors.session.inputs import ToolFinished
 from tether.events.messages import (
     CancelInteractions,
     ChannelMessage,
+    ChatText,
     InteractionSettled,
     KillSession,
+    PlanAnswer,
     PlanReviewRequest,
     QuestionRequest,
     TextBlock,
@@ -34,7 +38,7 @@ def planning(core: Core) -> None:
     core.say("plan the refactor")
 
 
-def settle(core: Core, outcome: str, answer: str = "") -> object:
+def settle(core: Core, outcome: str, answer: str = "") -> Fed:
     return core.feed(InteractionSettled(
         session_id="s1", call_id=core.state.turn.waiting_call, interaction_id="i1",
         kind="plan_review", outcome=outcome, by="alice", answer=answer))  # type: ignore[arg-type]
@@ -176,3 +180,32 @@ def test_without_a_file_or_text_the_fallback_line_is_reviewed() -> None:
     fed = core.call_tools(exit_plan_mode())
     (request,) = fed.sent(PlanReviewRequest)
     assert request.source == "fallback" and "no plan text was found" in request.plan
+
+
+def test_text_during_a_review_is_feedback_and_default_implements_asking_every_escalation() -> None:
+    """Seed 000: what the chat types during a review goes to the coordinator (never to the
+    model), even "ok", which sends the plan back; /default is the third choice. (That the
+    coordinator makes any text feedback: tests/integration/test_plan_mode.py.)"""
+    core = Core()
+    core.plan_text = PLAN
+    planning(core)
+    core.call_tools(exit_plan_mode())
+    typed = core.say("ok")
+    assert [m.text for m in typed.sent(ChatText)] == ["ok"]
+    assert typed.events == [] and not typed.of(CallModel)
+    sent_back = settle(core, "adjust", "ok")
+    assert [(r.choice, r.feedback) for r in sent_back.recorded(Session.PlanReviewed)] == [
+        ("adjust", "ok")]
+    core.call_tools(exit_plan_mode())  # the model offers the plan again
+    assert core.phase is Phase.REVIEW
+
+    (answer,) = core.say("/default").sent(PlanAnswer)
+    assert (answer.choice, answer.user) == ("default", "alice")
+    implemented = settle(core, "default")
+    modes = [(m.mode, m.auto_approve) for m in implemented.recorded(Session.ModeChanged)]
+    assert modes == [("default", [])]
+    (call,) = implemented.of(CallModel)
+    assert "plan below is approved" in json.dumps(call.request.messages)
+    texts = [e.text for e in core.log if isinstance(e, Session.UserMessageReceived)]
+    assert texts[0] == "plan the refactor" and len(texts) == 2  # and the implementation's
+    assert "ok" not in texts and "/default" not in texts  # neither answer went to the model

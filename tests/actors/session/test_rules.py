@@ -10,16 +10,18 @@ in tests/integration/test_ttsr.py.)
 
 from __future__ import annotations
 
+import json
 from typing import Literal
 
 from tests.actors.session.driver import SID, Core, Fed, branch_back, eager, runs
 from tether.actors.ports import TextDelta, ToolOutput
-from tether.actors.session.effects import CallModel
+from tether.actors.session.effects import CallModel, CancelModel
 from tether.actors.session.inputs import ModelDelta, ToolFinished
 from tether.events.messages import (
     Generate,
     GenerationDone,
     Interrupt,
+    Reminder,
     StreamDelta,
     TextBlock,
     ToolProposal,
@@ -125,3 +127,24 @@ def test_the_barrier_stops_a_violating_tool_call_before_it_runs() -> None:
     calls = [b.input["path"] for t in core.session.history for b in t.content
              if isinstance(b, ToolUseBlock)]
     assert calls == ["notes.txt"]  # the violating call was never stored, nor run
+
+
+def test_a_rule_that_never_interrupts_reminds_after_the_turn() -> None:
+    """A reminder the barrier's clear answer carries (a rule with ``interrupt: never``)
+    stops nothing: the reply is stored as it came, the reminder joins the history once,
+    after the turn, and the next call carries it."""
+    core = Core()
+    core.say("explain it")
+    core.stream([TextBlock("Obviously, it works.")])
+    tone = Reminder(["tone"], "Avoid condescension.")
+    fed = core.barrier(later=[tone, tone])  # told twice: added once
+    assert not fed.of(CancelModel) and not fed.recorded(Session.TtsrInterrupted)
+    assert texts(core) == ["Obviously, it works."]
+    (added,) = fed.recorded(Session.TtsrReminderAdded)
+    assert (added.rules, added.reminder) == (["tone"], "Avoid condescension.")
+    assert fed.names().index("AssistantMessageAppended") < fed.names().index(
+        "TtsrReminderAdded") < fed.names().index("TurnCompleted")
+    (call,) = core.say("again please").of(CallModel)
+    assert "Avoid condescension." in json.dumps(call.request.messages)
+    assert not core.answer("It works because of the cache.").recorded(
+        Session.TtsrReminderAdded)  # the next turn adds none of its own

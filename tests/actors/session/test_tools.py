@@ -153,3 +153,45 @@ def test_ran_calls_carry_the_grant_the_verdict_gave() -> None:
     (run,) = fed.of(RunTool)
     assert run.grant.writes == ("/work/ws/a.txt",) and not run.grant.network
     assert run.workspace == "/work/ws"
+
+
+def test_auto_mode_says_the_mode_approves_its_tools_and_only_those() -> None:
+    """The gatekeeper approves an escalation in auto mode only when the proposal says the
+    session's mode covers the tool: /edit's list (write and edit), not the shell, and no
+    tool once the session is back in the default mode. (The gatekeeper's side, and that
+    protection's tiers are never auto-approved: tests/integration/test_modes.py.)"""
+    core = eager()
+    core.say("/edit")
+    core.say("write the notes, then list them")
+    write = ToolUseBlock(id="w1", name="write_file", input={"path": "notes.txt", "content": "b"})
+    shell = ToolUseBlock(id="s1", name="run_shell", input={"command": "ls"})
+    (first,) = core.call_tools(write, shell).sent(ToolProposal)
+    assert (first.call_id, first.mode, first.auto_approve) == ("w1", "auto", True)
+    core.verdict(write, tier="auto")
+    ran = core.feed(ToolFinished(core.generation, "w1", "write_file", ToolOutput("wrote")))
+    (second,) = ran.sent(ToolProposal)
+    assert (second.call_id, second.mode, second.auto_approve) == ("s1", "auto", False)
+    core.verdict(shell)
+    core.feed(ToolFinished(core.generation, "s1", "run_shell", ToolOutput("notes.txt")))
+    core.answer("Written.")
+
+    core.say("/default")
+    core.say("write them again")
+    (again,) = core.call_tools(write).sent(ToolProposal)
+    assert (again.mode, again.auto_approve) == ("default", False)
+
+
+KEY = "sk-ant-api03-" + "Q" * 40
+
+
+def test_a_secret_in_a_tool_s_output_is_masked_before_it_is_kept_or_sent() -> None:
+    core = eager()
+    approved_run(core, read_call(path="settings.env"))
+    fed = core.feed(ToolFinished(core.generation, "c1", "read_file",
+                                 ToolOutput(f"ANTHROPIC_API_KEY={KEY}\nMODE=dev\n")))
+    (executed,) = fed.recorded(Session.ToolCallExecuted)
+    assert KEY not in executed.output and "[REDACTED]" in executed.output
+    assert "MODE=dev" in executed.output  # the rest of the file is kept
+    (call,) = fed.of(CallModel)
+    assert KEY not in str(call.request.messages)  # the model only sees the masked output
+    assert "MODE=dev" in str(call.request.messages)

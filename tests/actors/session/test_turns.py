@@ -19,6 +19,7 @@ from tether.events.messages import (
     StreamDelta,
     TextBlock,
 )
+from tether.events.session import Session
 
 
 def test_a_message_is_stored_then_the_workspace_read_then_the_model_called() -> None:
@@ -172,3 +173,19 @@ def test_a_budget_spent_fails_the_session() -> None:
     assert "BudgetExhausted" in fed.names()
     assert core.session.status == "failed"
     assert fed.sent(GenerationError)[0].kind == "budget"
+
+
+def test_a_secret_in_the_reply_is_masked_before_it_is_kept_or_sent() -> None:
+    """The reply is stored and published masked, streamed or whole; the model's text is
+    never kept as it came. (A secret split across deltas: the test above.)"""
+    key = "sk-ant-api03-" + "Q" * 40
+    core = Core()
+    core.say("show me the config")
+    fed = core.answer(f"The key is {key} as far as I remember.")
+    assert fed.recorded(Session.TurnCompleted)
+    assert all(key not in repr(effect) for effect in fed.effects)
+    assert all(key not in repr(vars(event)) for event in core.log)
+    streamed = "".join(d.text for d in fed.sent(StreamDelta) if d.kind == "text")
+    assert streamed == "The key is [REDACTED] as far as I remember."
+    (stored,) = fed.recorded(Session.AssistantMessageAppended)
+    assert stored.content == [TextBlock("The key is [REDACTED] as far as I remember.")]
