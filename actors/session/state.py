@@ -176,7 +176,10 @@ class State:
     @classmethod
     def of(cls, env: Env, session: Session, now: dt.datetime) -> State:
         """A session as loaded, between turns as far as this process knows (what its
-        replay placed in the tree was published when it happened)."""
+        replay placed in the tree was published when it happened). A turn the store says
+        was under way brings what its stored model replies used, so its failure counts
+        their cost even when the process that made them died."""
         session.conversation.take_placed()
         return cls(env, session,
-                   TurnState(last_input=now, last_activity=now, gen_turn=session.turns))
+                   TurnState(last_input=now, last_activity=now, gen_turn=session.turns,
+                             turn_usage=session.turn_usage))

@@ -18,7 +18,7 @@ from tests.actors.session.driver import (
     runs,
 )
 from tether.actors.ports import Snapshot, TextDelta, ToolOutput
-from tether.actors.session import Phase, SessionConfig, decide
+from tether.actors.session import Phase, SessionConfig, State, decide
 from tether.actors.session.effects import (
     AskTitle,
     CallModel,
@@ -306,3 +306,19 @@ def test_a_message_stored_before_a_restart_is_answered_before_one_sent_after() -
     replies = [b.text for t in core.session.history if t.role == "assistant"
                for b in t.content if isinstance(b, TextBlock)]
     assert replies == ["A slow first answer.", "The second answer."]
+
+
+def test_a_turn_cut_short_by_a_dead_process_counts_what_its_stored_replies_spent() -> None:
+    """A process that dies mid-turn carries nothing over: the state loaded from the store
+    brings the usage of the turn's stored model replies, so the turn's failure counts
+    their cost against the budget."""
+    core = eager(model="claude-sonnet-4-5")
+    approved_run(core, read_call())
+    stored = core.session.turn_usage
+    assert stored.input_tokens > 0  # stored with the reply that asked for the call
+    reloaded = eager(model="claude-sonnet-4-5")
+    reloaded.state = State.of(reloaded.state.env, core.session, reloaded.now)
+    fed = reloaded.feed(Recovered())
+    (failed,) = fed.recorded(Session.TurnFailed)
+    assert failed.cost_usd > 0
+    assert reloaded.session.cost_usd == pytest.approx(failed.cost_usd)
