@@ -190,15 +190,17 @@ def _cancel_interactions(step: Step, reason: str) -> None:
 
 def kill(step: Step, reason: str) -> None:
     """Kill the session: the running turn ends (recorded as killed), whatever runs is
-    stopped, and every call without a result gets one."""
+    stopped, and every call without a result gets one. Reminders the turn held join the
+    history, as when a turn fails: their rules' injections are recorded, so a rule that
+    fires once would otherwise never be seen by the model."""
     turn, session = step.turn, step.session
     in_turn = turn.phase is not Phase.IDLE
     _cancel_interactions(step, reason)
     step.effects.append(CancelModel())
-    turn.reminders = []
     refuse_pending(step, "the session was killed before this call ran",
                    running="the session was killed while this call ran; its processes were "
                            "stopped")
+    _add_reminders(step)
     turn.tool_queue.clear()
     if in_turn:
         # The turn ends here: recorded (kind "killed", whose notice the kill's own says),

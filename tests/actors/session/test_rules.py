@@ -21,6 +21,7 @@ from tether.events.messages import (
     Generate,
     GenerationDone,
     Interrupt,
+    KillSession,
     Reminder,
     StreamDelta,
     TextBlock,
@@ -148,3 +149,21 @@ def test_a_rule_that_never_interrupts_reminds_after_the_turn() -> None:
     assert "Avoid condescension." in json.dumps(call.request.messages)
     assert not core.answer("It works because of the cache.").recorded(
         Session.TtsrReminderAdded)  # the next turn adds none of its own
+
+
+def test_a_killed_turn_keeps_the_reminders_it_held() -> None:
+    """A turn killed while its tool runs adds the reminders it held, as a failed turn
+    does: the rule's injection is recorded, so a rule that fires once would otherwise
+    never reach the model."""
+    core = eager()
+    core.say("tidy the notes")
+    call = ToolUseBlock(id="c1", name="read_file", input={"path": "notes.md"})
+    core.stream([call], stop="tool_use")
+    tone = Reminder(["tone"], "Avoid condescension.")
+    core.barrier(later=[tone])
+    assert runs(core.verdict(call))
+    fed = core.feed(KillSession(session_id=SID))
+    (added,) = fed.recorded(Session.TtsrReminderAdded)
+    assert (added.rules, added.reminder) == (["tone"], "Avoid condescension.")
+    (resumed,) = core.say("go on").of(CallModel)
+    assert "Avoid condescension." in json.dumps(resumed.request.messages)
