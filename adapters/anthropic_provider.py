@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -187,6 +187,8 @@ class AnthropicProvider:
             params["tool_choice"] = request.tool_choice
 
         blocks: dict[int, _Block] = {}
+        earlier: set[str] | None = None
+        """The ids of the calls in the request's messages (read at the first call)."""
         stop_reason = ""
         usage = Usage()
         saw_start = False
@@ -209,7 +211,9 @@ class AnthropicProvider:
                             raise ProviderError(
                                 f"model sent two content blocks at index {event.index}")
                         if block.type == "tool_use":
-                            _check_new_call(blocks, block.id, block.name)
+                            if earlier is None:
+                                earlier = _call_ids(request.messages)
+                            _check_new_call(blocks, block.id, block.name, earlier)
                             blocks[event.index] = _Block("tool_use", block.id, block.name)
                             yield ToolUseStart(index=event.index, id=block.id, name=block.name)
                         elif block.type == "text":
@@ -308,16 +312,30 @@ _TOOL_NAME_OR_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 records and the read models."""
 
 
-def _check_new_call(blocks: dict[int, _Block], tool_id: str, name: str) -> None:
+def _check_new_call(blocks: dict[int, _Block], tool_id: str, name: str,
+                    earlier: Collection[str] = ()) -> None:
     """Refuse (ProviderError) a tool call whose id or name is not one (they become keys of
     the records and the read models: a NUL, an id too long to index, would break them),
-    or whose id another call of the message has (the audit could not tell them apart)."""
+    or whose id another call of the message has, or a call of the conversation sent
+    (``earlier``): the audit could not tell them apart, and the API refuses the next
+    request."""
     if any(b.kind == "tool_use" and b.tool_id == tool_id for b in blocks.values()):
         raise ProviderError(f"model sent two tool calls with the id {tool_id!r}")
+    if tool_id in earlier:
+        raise ProviderError(f"model sent a tool call with the id {tool_id!r} of an earlier "
+                            "call of the conversation")
     for what, value in (("id", tool_id), ("name", name)):
         if not _TOOL_NAME_OR_ID.fullmatch(value):
             raise ProviderError(f"model sent a tool call whose {what} is not one "
                                 f"({value[:40]!r}{'...' if len(value) > 40 else ''})")
+
+
+def _call_ids(messages: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The ids of the tool calls in ``messages`` (Messages API dicts)."""
+    return {str(block.get("id")) for message in messages
+            if isinstance(content := message.get("content"), list)
+            for block in content
+            if isinstance(block, dict) and block.get("type") == "tool_use"}
 
 
 def _check_storable(name: str, tool_input: dict[str, Any]) -> None:

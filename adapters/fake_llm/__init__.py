@@ -51,10 +51,10 @@ under ``any`` / ``tool``) is a script problem: HTTP 500 ``api_error`` with
 ``x-should-retry: false``, listed in :attr:`FakeLLM.script_errors`.
 
 ``stop_reason`` is ``tool_use`` when the response has a tool_use block, else ``end_turn``.
-Tool-use ids are unique per server (``toolu_fake_0001``...). Every request body received is
-recorded (:attr:`FakeLLM.requests`). A client that disconnects mid-stream is noticed (also
-while pausing between deltas), counted in :attr:`FakeLLM.disconnects`, and the stream stops
-without a traceback.
+Tool-use ids are unique per server (``toolu_fake_0001``...) unless a script names one.
+Every request body received is recorded (:attr:`FakeLLM.requests`). A client that
+disconnects mid-stream is noticed (also while pausing between deltas), counted in
+:attr:`FakeLLM.disconnects`, and the stream stops without a traceback.
 """
 
 from __future__ import annotations

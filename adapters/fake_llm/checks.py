@@ -92,6 +92,7 @@ def request_problem(body: dict[str, Any]) -> str | None:
     if not isinstance(messages[0], dict) or messages[0].get("role") != "user":
         return "messages: the first message must use the user role"
     previous_uses: set[str] = set()
+    every_use: set[str] = set()
     for index, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
             return f"messages.{index}: role must be user or assistant"
@@ -102,6 +103,12 @@ def request_problem(body: dict[str, Any]) -> str | None:
         uses = {
             str(b.get("id")) for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"
         }
+        ids = [str(b.get("id")) for b in blocks
+               if isinstance(b, dict) and b.get("type") == "tool_use"]
+        repeated = sorted({i for i in ids if i in every_use or ids.count(i) > 1})
+        if repeated:
+            return f"messages.{index}: `tool_use` ids must be unique: {', '.join(repeated)}"
+        every_use.update(ids)
         results = {
             str(b.get("tool_use_id"))
             for b in blocks

@@ -19,10 +19,12 @@ class ScriptError(ValueError):
 
 
 class ToolUseSpec(msgspec.Struct, forbid_unknown_fields=True):
-    """A tool call the fake model makes: tool ``name`` and its ``input`` object."""
+    """A tool call the fake model makes: tool ``name`` and its ``input`` object; ``id``
+    when given (a model that repeats an id), else one minted by the server."""
 
     name: str
     input: dict[str, Any] = {}
+    id: str | None = None
 
 
 class Block(msgspec.Struct, forbid_unknown_fields=True):

@@ -420,7 +420,7 @@ class _Plan:
                 self.blocks.append(
                     {
                         "type": "tool_use",
-                        "id": fake._next_tool_id(),
+                        "id": block.tool_use.id or fake._next_tool_id(),
                         "name": block.tool_use.name,
                         "input": tool_input,
                     }

@@ -454,3 +454,26 @@ def test_text_with_a_lone_surrogate_can_be_sent_and_stored() -> None:
     assert without_lone_surrogates("plain") == "plain"
     assert without_lone_surrogates("a\ud800b") == "a\ufffdb"
     assert without_lone_surrogates("\ud83d\ude00") == "\U0001f600"  # a pair is joined
+
+
+def test_a_tool_call_reusing_the_id_of_an_earlier_call_is_refused() -> None:
+    """A model that sends the id of a call of the conversation again is refused before
+    anything runs: the audit keeps one row per call id, and the API would refuse the next
+    request. The model stand-in sends the id as a model would (through the real SDK)."""
+    script = parse_script(
+        "responses:\n  - blocks: [{tool_use: {id: toolu_seen, name: read_file, "
+        "input: {path: b.txt}}}]\n")
+    request = _request("read a.txt")
+    request.messages += [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_seen",
+                                           "name": "read_file", "input": {"path": "a.txt"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_seen",
+                                      "content": "a"}]},
+    ]
+    with FakeLLM(script) as fake:
+        provider = AnthropicProvider(api_key=None, base_url=fake.base_url)
+        with pytest.raises(ProviderError, match="of an earlier call of the conversation"):
+            _collect(provider, request)
+    with pytest.raises(ProviderError, match="earlier call"):
+        _check_new_call({}, "toolu_seen", "read_file", earlier={"toolu_seen"})
+    _check_new_call({}, "toolu_new", "read_file", earlier={"toolu_seen"})

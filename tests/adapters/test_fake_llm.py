@@ -346,11 +346,21 @@ def test_a_conversation_the_real_api_would_refuse_gets_a_400() -> None:
     stray_result["messages"] = [
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]},
     ]
+    reused = _request()
+    reused["tools"] = TOOLS
+    call = {"type": "tool_use", "id": "t1", "name": "x", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": "x"}
+    reused["messages"] = [
+        {"role": "user", "content": "go"}, {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [result]}, {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [result]},
+    ]
     with FakeLLM(script) as fake:
         for body, expected in (
             (unanswered, "without `tool_result`"),
             (empty_text, "must be non-empty"),
             (stray_result, "unexpected `tool_use_id`"),
+            (reused, "`tool_use` ids must be unique: t1"),
         ):
             status, _, payload = _post(fake, body)
             assert status == 400
