@@ -354,16 +354,29 @@ def _check_storable(name: str, tool_input: dict[str, Any]) -> None:
                             "stored as it is (NaN or Infinity)")
 
 
+MAX_TOKEN_COUNT = 2**31 - 1
+"""The largest token count a response may report: more is no model's (and a count past
+64 bits could not be stored)."""
+
+
 def _usage(sdk_usage: Any, current: Usage) -> Usage:
-    """Merge an SDK usage object into ``current`` (message_delta counts are cumulative)."""
+    """Merge an SDK usage object into ``current`` (message_delta counts are cumulative).
+    A count that is not a whole number from 0 to :data:`MAX_TOKEN_COUNT` is refused
+    (ProviderError): a negative one would give the budget back, a huge one spend it."""
     if sdk_usage is None:
         return current
-    input_tokens = getattr(sdk_usage, "input_tokens", None)
-    output_tokens = getattr(sdk_usage, "output_tokens", None)
-    return Usage(
-        input_tokens=current.input_tokens if input_tokens is None else int(input_tokens),
-        output_tokens=current.output_tokens if output_tokens is None else int(output_tokens),
-    )
+    counts = []
+    for name, kept in (("input_tokens", current.input_tokens),
+                       ("output_tokens", current.output_tokens)):
+        value = getattr(sdk_usage, name, None)
+        if value is None:
+            counts.append(kept)
+        elif isinstance(value, int) and not isinstance(value, bool) and (
+                0 <= value <= MAX_TOKEN_COUNT):
+            counts.append(value)
+        else:
+            raise ProviderError(f"model reported {name} that is not a count: {value!r:.40}")
+    return Usage(input_tokens=counts[0], output_tokens=counts[1])
 
 
 def _is_transport_error(exc: BaseException) -> bool:

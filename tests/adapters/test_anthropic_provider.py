@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
@@ -289,14 +290,17 @@ def test_invalid_request_error_mid_stream_is_not_transient(
     assert not error.transient
 
 
-def test_connection_dropped_mid_body_is_transient() -> None:
-    """A peer that closes a chunked body midway (not a clean end): the SDK lets the HTTP
-    library's error through; the provider makes it a transient ProviderError."""
-    start = (
-        b'event: message_start\ndata: {"type":"message_start","message":{"id":"m",'
-        b'"type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,'
-        b'"stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":1}}}\n\n'
-    )
+MESSAGE_START = (
+    b'event: message_start\ndata: {"type":"message_start","message":{"id":"m",'
+    b'"type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,'
+    b'"stop_sequence":null,"usage":{"input_tokens":%s,"output_tokens":1}}}\n\n'
+)
+
+
+@contextlib.contextmanager
+def _one_chunk_server(chunk: bytes) -> Iterator[str]:
+    """A server answering one request with ``chunk`` as the only chunk of a streamed
+    body, then closing the connection (no last chunk); yields its base URL."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
@@ -309,20 +313,38 @@ def test_connection_dropped_mid_body_is_transient() -> None:
                 received += conn.recv(65536)
             conn.sendall(
                 b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(start), start)
-            )  # no last chunk: the connection just closes
+                b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(chunk), chunk)
+            )
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
-        port = listener.getsockname()[1]
-        provider = AnthropicProvider(api_key=None, base_url=f"http://127.0.0.1:{port}")
-        _, error = _stream_until_error(provider, _request("hi"))
-        assert error.transient
-        assert "model stream failed" in str(error)
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
     finally:
         thread.join(timeout=5)
         listener.close()
+
+
+def test_connection_dropped_mid_body_is_transient() -> None:
+    """A peer that closes a chunked body midway (not a clean end): the SDK lets the HTTP
+    library's error through; the provider makes it a transient ProviderError."""
+    with _one_chunk_server(MESSAGE_START % b"1") as url:
+        provider = AnthropicProvider(api_key=None, base_url=url)
+        _, error = _stream_until_error(provider, _request("hi"))
+        assert error.transient
+        assert "model stream failed" in str(error)
+
+
+@pytest.mark.parametrize("count", [b"-1000000", b"100000000000000000000000", b"2.5"],
+                         ids=["negative", "past-64-bits", "fraction"])
+def test_a_token_count_that_is_not_one_is_refused(count: bytes) -> None:
+    """A negative count would give the session's budget back, a huge one spend it (and
+    one past 64 bits could not be stored): the call fails, as for any endpoint error."""
+    with _one_chunk_server(MESSAGE_START % count) as url:
+        provider = AnthropicProvider(api_key=None, base_url=url)
+        _, error = _stream_until_error(provider, _request("hi"))
+        assert "model reported input_tokens that is not a count" in str(error)
+        assert not error.transient
 
 
 def test_tool_blocks_without_tools_are_refused_and_not_transient(
