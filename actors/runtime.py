@@ -20,11 +20,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 import pykka
 
+from tether.actors.in_process import LocalAsks, LocalRoute, LocalRoutes
 from tether.actors.log_context import bind_session, bound_session
 from tether.actors.ports import Bus, Inbound, RequestTimeout, Subscription
 from tether.events.codec import DecodeFailure, Decoder, encode
@@ -129,9 +130,9 @@ class TetherActor(pykka.ThreadingActor):
     def on_receive(self, message: Any) -> Any:
         if self._stopped_for_good:
             # Messages queued behind the failure that stopped this actor: refuse, don't run.
-            if isinstance(message, Envelope) and message.reply:
-                self.bus.publish(message.reply, encode(ErrorReply(
-                    error="actor_stopped", reason=f"{self.name} has stopped after failures")))
+            if isinstance(message, Envelope):
+                self.reply(message, ErrorReply(
+                    error="actor_stopped", reason=f"{self.name} has stopped after failures"))
             return None
         if isinstance(message, Then):
             message.call()
@@ -172,18 +173,29 @@ class TetherActor(pykka.ThreadingActor):
         return type(self).__name__
 
     def reply(self, envelope: Envelope | None, message: Any) -> None:
-        """Answer a bus request (no-op when the message had no reply subject)."""
-        if envelope is not None and envelope.reply:
+        """Answer a request (no-op when the message had no reply subject): in process when
+        it was asked in process, else over the bus."""
+        if envelope is None or not envelope.reply:
+            return
+        if self.system.asks.is_local(envelope.reply):
+            self.system.asks.answer(envelope.reply, message)
+        else:
             self.bus.publish(envelope.reply, encode(message))
 
     def send(self, subject: str, message: Any, reply: str = "") -> None:
-        """Publish a message (tell by address); ``reply`` forwards a request's reply subject."""
-        self.bus.publish(subject, encode(message), reply=reply)
+        """Tell by address; ``reply`` forwards a request's reply subject. The actors of
+        this process that take ``subject`` get it in process; it goes on the bus as well
+        unless one of them listens there too (:meth:`ActorSystem.deliver`)."""
+        if not self.system.deliver(subject, message, reply):
+            self.bus.publish(subject, encode(message), reply=reply)
 
     def ask_async(
         self, subject: str, message: Any, reply_type: Any, tag: str, timeout: float
     ) -> None:
-        """Request over NATS; the answer comes back to this actor as an AskResult."""
+        """Request by address; the answer (or the timeout) comes back to this actor as an
+        AskResult. An actor of this process that takes ``subject`` is asked in process."""
+        if self.system.ask_here(self.actor_ref, subject, message, reply_type, tag, timeout):
+            return
         decoder: Decoder[Any] = Decoder(reply_type | ErrorReply)
         ref = self.actor_ref
 
@@ -215,11 +227,33 @@ class Tick(msgspec.Struct):
 
 
 class Binding(msgspec.Struct):
-    """A subject an actor listens on and the message types accepted there."""
+    """A subject an actor listens on and the message types accepted there.
+
+    ``reach`` says who may send there: ``"bus"`` anyone, over NATS (this process's actors
+    too); ``"both"`` anyone, this process's actors in process; ``"process"`` this
+    process's actors only, in process; what they send there is published on the bus
+    too, for observers (a session's stream).
+    """
 
     subject: str
     accepts: Any
     queue: str = ""
+    reach: Literal["bus", "both", "process"] = "bus"
+
+
+class _Bound:
+    """A binding's bus subscription and in-process route, closed together."""
+
+    def __init__(self, subscription: Subscription | None,
+                 remove: Callable[[], None] | None) -> None:
+        self._subscription = subscription
+        self._remove = remove
+
+    def close(self) -> None:
+        if self._remove is not None:
+            self._remove()
+        if self._subscription is not None:
+            self._subscription.close()
 
 
 class ActorHandle:
@@ -265,6 +299,10 @@ class ActorSystem:
         self._failure_log = failure_log
         self._handles: list[ActorHandle] = []
         self._lock = threading.Lock()
+        self.routes = LocalRoutes()
+        """The subjects this process's actors take in process."""
+        self.asks = LocalAsks(self.process)
+        """Requests made in process, waiting for their answers."""
 
     def record_failure(self, actor: str, error: str, restarted: bool) -> None:
         """Store an actor's failure through the failure log (logged only without one)."""
@@ -299,7 +337,47 @@ class ActorSystem:
         return handle
 
     def bind(self, ref: pykka.ActorRef[Any], binding: Binding) -> Subscription:
-        """Route decoded messages on ``binding.subject`` to ``ref`` as Envelopes."""
+        """Route messages on ``binding.subject`` to ``ref`` as Envelopes: decoded from the
+        bus, and in process as sent by this process's actors, as ``binding.reach`` says."""
+        on_bus = binding.reach != "process"
+        remove = (self.routes.add(LocalRoute(binding.subject, ref, on_bus))
+                  if binding.reach != "bus" else None)
+        subscription = self._subscribe(ref, binding) if on_bus else None
+        return _Bound(subscription, remove)
+
+    def deliver(self, subject: str, message: Any, reply: str = "") -> bool:
+        """Tell ``message`` to the actors of this process that take ``subject``; True when
+        that is all it needs: some took it and one of them listens on the bus as well
+        (publishing it would give that one a second copy). False: publish it."""
+        routes = self.routes.to(subject)
+        taken = False
+        for route in routes:
+            try:
+                route.ref.tell(Envelope(message, reply, subject))
+            except pykka.ActorDeadError:
+                continue  # stopping: its route goes with its subscriptions
+            taken = True
+        return taken and any(route.on_bus for route in routes)
+
+    def ask_here(self, ref: pykka.ActorRef[Any], subject: str, message: Any,
+                 reply_type: Any, tag: str, timeout: float) -> bool:
+        """Ask the first actor of this process that takes ``subject``, in process: its
+        answer, or the timeout, comes back to ``ref`` as ``AskResult(tag, ...)``. False
+        when none does (ask over the bus)."""
+        routes = self.routes.to(subject)
+        if not routes:
+            return False
+        token = self.asks.open(ref, tag, reply_type)
+        try:
+            routes[0].ref.tell(Envelope(message, token, subject))
+        except pykka.ActorDeadError:
+            self.asks.answer(token, None, error="the actor for this subject has stopped")
+            return True
+        self.asks.expire_with(token, self.bus.spawn(self.asks.expiry(
+            token, timeout, f"no reply from {subject} within {timeout:g} s")))
+        return True
+
+    def _subscribe(self, ref: pykka.ActorRef[Any], binding: Binding) -> Subscription:
         decoder: Decoder[Any] = Decoder(binding.accepts)
 
         def on_message(msg: Inbound) -> None:

@@ -367,7 +367,7 @@ class Host:
         )
         self.coordinator = system.start(
             InteractionCoordinatorActor,
-            [Binding(subjects.interactions, InteractionMessage)],
+            [Binding(subjects.interactions, InteractionMessage, reach="both")],
             app=self.app,
             clock=self.clock,
             ids=self.ids,
@@ -377,9 +377,9 @@ class Host:
         self.router = system.start(
             NotificationRouterActor,
             [
-                Binding(subjects.all_streams, StreamDelta),
+                Binding(subjects.all_streams, StreamDelta, reach="process"),
                 Binding(subjects.router, WatchSession),
-                Binding(subjects.notices, NoticesPlanned),
+                Binding(subjects.notices, NoticesPlanned, reach="both"),
             ],
             app=self.app,
             outbox=self.outbox,
@@ -477,8 +477,8 @@ class Host:
         monitor = system.start(
             TtsrMonitorActor,
             [
-                Binding(subjects.stream(session_id), StreamDelta),
-                Binding(subjects.ttsr(session_id), BarrierCheck),
+                Binding(subjects.stream(session_id), StreamDelta, reach="process"),
+                Binding(subjects.ttsr(session_id), BarrierCheck, reach="both"),
             ],
             session_id=session_id,
             app=self.app,
@@ -488,7 +488,7 @@ class Host:
         )
         session = system.start(
             SessionActor,
-            [Binding(subjects.session(session_id), SessionMessage)],
+            [Binding(subjects.session(session_id), SessionMessage, reach="both")],
             session_id=session_id,
             app=self.app,
             provider=self.provider,

@@ -1,5 +1,7 @@
-"""A NoticesPlanned lost on the way (core NATS, at most once: a reconnect, a
-slow consumer, the session's actor failing between its save and its tell).
+"""A NoticesPlanned lost on the way (the session's actor failing between its save and
+its tell; over core NATS, from a process without the router, at most once: a reconnect,
+a slow consumer). The session tells the router in process here, so that is where it is
+dropped.
 
 docs/architecture.md: the outbox sends "a notice lost on the way"; "Notices of one
 session reach a channel in seq order". docs/messages.md tells connectors to "drop one
@@ -16,6 +18,7 @@ from typing import Any
 
 from tests.conftest import Engine
 from tests.helpers import delivered, notices_settled, say, wait_until
+from tether.events.codec import encode
 
 
 def test_a_told_notice_lost_on_the_way_still_comes_in_order(
@@ -26,17 +29,18 @@ responses:
   - blocks: [{tool_use: {name: list_dir, input: {path: "."}}}]
   - blocks: [{text: "Nothing here."}]
 """)
-    bus = host.bus
-    publish = bus.publish
+    system = host.system
+    deliver = system.deliver
     lost = threading.Event()
 
-    def lossy(subject: str, data: bytes, *args: Any, **kw: Any) -> None:
-        if subject == host.subjects.notices and b"list_dir(" in data and not lost.is_set():
+    def lossy(subject: str, message: Any, reply: str = "") -> bool:
+        if (subject == host.subjects.notices and b"list_dir(" in encode(message)
+                and not lost.is_set()):
             lost.set()  # the proposal's notice ("→ list_dir(path=.)") never arrives
-            return
-        publish(subject, data, *args, **kw)
+            return True
+        return deliver(subject, message, reply)
 
-    bus.publish = lossy  # type: ignore[method-assign]
+    system.deliver = lossy  # type: ignore[method-assign]
     test = watch_channel(host, "test")
     sid = say(host, "look around")
     test.wait_for("completed")

@@ -1,0 +1,171 @@
+"""In-process delivery: the subjects this process's actors listen on, for its own actors.
+
+A message between two actors of one process goes straight to the receiver's mailbox,
+typed, instead of out to the NATS server and back: no encoding, no decoding, no trip
+through the bus's loop. Subjects stay the addresses, and the bus stays the way in for
+every other process and client (see :class:`actors.runtime.Binding`).
+
+:class:`LocalRoutes` is the table: which actors of this process take which subjects
+(exact subjects, or patterns with NATS's ``*`` and ``>``), and whether each also listens
+on the bus. :class:`LocalAsks` holds the requests made in process: the reply address is
+a token that never reaches NATS, answered in process, or expired after its timeout.
+
+Order: messages one thread sends in process to one actor arrive in the order sent, as
+they do over one NATS connection; an actor's messages to another go all one way or all
+the other (the bindings decide per subject, and the engine binds the subjects of one
+conversation, session, monitor, router and coordinator, alike).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import threading
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
+from typing import Any
+
+import msgspec
+import pykka
+
+__all__ = ["LOCAL_REPLY_PREFIX", "LocalAsks", "LocalRoute", "LocalRoutes", "matches"]
+
+LOCAL_REPLY_PREFIX = "_LOCAL."
+"""Reply addresses of requests made in process (never valid on NATS: they are not
+published there)."""
+
+
+class LocalRoute(msgspec.Struct, frozen=True, eq=False):
+    """An actor of this process taking ``subject``; ``on_bus``: it also listens on NATS
+    (so a message sent to it in process must not be published as well, or it would get
+    it twice)."""
+
+    subject: str
+    ref: Any
+    on_bus: bool
+
+
+def matches(pattern: str, subject: str) -> bool:
+    """Whether NATS would deliver ``subject`` to a subscription on ``pattern`` (``*``: one
+    token, ``>``: one or more at the end)."""
+    wanted, got = pattern.split("."), subject.split(".")
+    for index, token in enumerate(wanted):
+        if token == ">":
+            return len(got) > index
+        if index >= len(got) or (token != "*" and token != got[index]):
+            return False
+    return len(wanted) == len(got)
+
+
+class LocalRoutes:
+    """The subjects this process's actors take in process (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._exact: dict[str, list[LocalRoute]] = {}
+        self._patterns: list[LocalRoute] = []
+        self._lock = threading.Lock()
+
+    def add(self, route: LocalRoute) -> Callable[[], None]:
+        """Take ``route``; returns what removes it."""
+        wildcard = any(token in ("*", ">") for token in route.subject.split("."))
+        with self._lock:
+            if wildcard:
+                self._patterns = [*self._patterns, route]
+            else:
+                self._exact[route.subject] = [*self._exact.get(route.subject, []), route]
+
+        def remove() -> None:
+            with self._lock:
+                if wildcard:
+                    self._patterns = [r for r in self._patterns if r is not route]
+                else:
+                    left = [r for r in self._exact.get(route.subject, []) if r is not route]
+                    if left:
+                        self._exact[route.subject] = left
+                    else:
+                        self._exact.pop(route.subject, None)
+        return remove
+
+    def to(self, subject: str) -> list[LocalRoute]:
+        """The routes that take ``subject`` (exact ones first)."""
+        exact, patterns = self._exact.get(subject, []), self._patterns
+        return [*exact, *(r for r in patterns if matches(r.subject, subject))]
+
+
+class _Ask(msgspec.Struct):
+    ref: Any
+    tag: str
+    reply_type: Any
+    timer: Future[None] | None = None
+
+
+class LocalAsks:
+    """Requests made in process, waiting for their answer (thread-safe)."""
+
+    def __init__(self, process: str) -> None:
+        self._prefix = f"{LOCAL_REPLY_PREFIX}{process}."
+        self._counter = itertools.count(1)
+        self._waiting: dict[str, _Ask] = {}
+        self._lock = threading.Lock()
+
+    def open(self, ref: Any, tag: str, reply_type: Any) -> str:
+        """A reply address for a request of the actor ``ref``; its answer comes back to it
+        as ``AskResult(tag, ...)``."""
+        token = f"{self._prefix}{next(self._counter)}"
+        with self._lock:
+            self._waiting[token] = _Ask(ref, tag, reply_type)
+        return token
+
+    def expiry(self, token: str, timeout: float, why: str
+               ) -> Callable[[], Coroutine[Any, Any, None]]:
+        """A coroutine (to run on the bus's loop) that ends the wait after ``timeout``
+        seconds, answering ``why``."""
+        async def expire() -> None:
+            await asyncio.sleep(timeout)
+            self.answer(token, None, error=why)
+        return expire
+
+    def expire_with(self, token: str, timer: Future[None]) -> None:
+        """``timer`` ends the wait (cancelled once the answer comes)."""
+        with self._lock:
+            waiting = self._waiting.get(token)
+            if waiting is not None:
+                waiting.timer = timer
+                return
+        timer.cancel()  # answered already
+
+    def answer(self, token: str, message: Any, error: str = "") -> bool:
+        """Give the asker its answer (``message``, or ``error``); False when nobody waits
+        for it any more (expired, or not one of this process's tokens)."""
+        from tether.actors.runtime import AskResult  # the runtime imports this module
+        from tether.events.messages import ErrorReply
+
+        with self._lock:
+            waiting = self._waiting.pop(token, None)
+        if waiting is None:
+            return False
+        if waiting.timer is not None:
+            waiting.timer.cancel()
+        if not error and isinstance(message, ErrorReply):
+            error = f"{message.error}: {message.reason}"
+        elif not error and not _is_a(message, waiting.reply_type):
+            error = f"the answer is a {type(message).__name__}, not what was asked for"
+        result = AskResult(waiting.tag, error=error) if error else AskResult(waiting.tag,
+                                                                            message)
+        with contextlib.suppress(pykka.ActorDeadError):
+            waiting.ref.tell(result)
+        return True
+
+    def is_local(self, reply: str) -> bool:
+        """Whether ``reply`` is the address of a request made in process."""
+        return reply.startswith(LOCAL_REPLY_PREFIX)
+
+
+def _is_a(message: Any, reply_type: Any) -> bool:
+    """``isinstance``, for a reply type that is a class or a union of classes (any other
+    annotation is taken as met: the receiver is this process's own code)."""
+    try:
+        return isinstance(message, reply_type)
+    except TypeError:
+        return True
