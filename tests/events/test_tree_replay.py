@@ -20,6 +20,7 @@ from tether.events.application import TetherApplication, project
 from tether.events.forest import ForestError
 from tether.events.messages import TextBlock, ToolUseBlock, Usage
 from tether.events.session import Session, Turn, tree_uuid
+from tether.events.tree_records import in_full
 
 TEXTS = ("hi", "again", "what", "ok", "hello world here")
 OPERATIONS = ("prompt", "user", "user", "assistant", "assistant", "calls", "result", "result",
@@ -126,7 +127,9 @@ def alter(rng: random.Random, session: Session) -> None:
 
 
 def tree_of(session: Session) -> tuple[bytes, str, int, str | None]:
-    conversation = session.conversation
+    """The tree encoded (read whole first: a tree read from its record keeps its nodes
+    and blocks apart until used, and cannot be encoded so), and the session's place."""
+    conversation = in_full(session.conversation)
     return (msgspec.json.encode(conversation.tree), conversation.cursor,
             conversation.mirrored, conversation.prompt)
 
