@@ -85,7 +85,8 @@ class SessionState(msgspec.Struct, kw_only=True, omit_defaults=True):
     snapshot holds this or ``_tree_at``."""
     _tree_at: int | None = None
     """Not an attribute: the session version of the record this snapshot's tree is kept
-    in (:class:`TreeSnapshot`, read on first use). An older release, which needs
+    in (:class:`events.tree_records.TreeRecord`, or a :class:`TreeSnapshot` the release
+    before wrote; read on first use). An older release, which needs
     ``_tree``, cannot decode such a snapshot, and reads the events instead."""
     _tree_pending: int
 
