@@ -270,10 +270,16 @@ class _Columns:
         record, remap, j = earlier.record, earlier.remap, earlier.positions[node_id]
         self.role_of.append(self._role(record.roles[record.role_of[j]]))
         parent = earlier.parents[j]
-        self.parents.append(-1 if parent < 0 else remap[parent])
         start, count = earlier.starts[j], earlier.counts[j]
+        links = [remap[c] for c in earlier.children[start:start + count]]
+        if parent >= 0:
+            parent = remap[parent]
+            links.append(parent)
+        if any(link < 0 for link in links):  # (a node not made since cannot lose a link)
+            raise TreeRecordError(f"node {node_id} links to a node no longer in the tree")
+        self.parents.append(parent)
         self.counts.append(count)
-        self.children.extend(remap[c] for c in earlier.children[start:start + count])
+        self.children.extend(links[:count])
         chunk, place = earlier.chunks[j], earlier.places[j]
         if chunk == 0:
             place = len(self.inline)
