@@ -333,12 +333,17 @@ class Session(Aggregate):
                 raise LookupError(f"session {self.session_id}: its tree is kept apart and "
                                   "nothing was given to read it (load the session through "
                                   "the application)")
-            tree = self._tree = tree.load(tree.at)
-        if self._tree_pending >= 0:
-            # As far as the history went when it was due (the user's message that came
-            # since waits for its reply).
-            limit, self._tree_pending = self._tree_pending, -1
-            tree.sync(self.system_prompt, self.history, limit)
+            tree = tree.load(tree.at)
+        limit = self._tree_pending
+        try:
+            if limit >= 0:
+                # As far as the history went when it was due (the user's message that
+                # came since waits for its reply).
+                tree.sync(self.system_prompt, self.history, limit)
+        finally:
+            # Handed out (the unlocked way in :attr:`conversation`) only once mirrored:
+            # another thread never gets a tree half mirrored. Never mirrored twice.
+            self._tree, self._tree_pending = tree, -1
         return tree
 
     @property

@@ -287,3 +287,35 @@ def test_a_record_of_another_key_format_is_passed_over(
         loaded = app.session("format")
         assert loaded is not None and loaded.conversation == session.conversation
     assert any("could not be decoded" in r.getMessage() for r in caplog.records)
+
+
+def test_a_second_thread_never_gets_the_tree_while_the_first_mirrors_into_it(
+        app: TetherApplication, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads take up one loaded session's tree at once: the one that comes while
+    the other mirrors the messages added since the record waits for it, and never gets
+    a tree half mirrored (its cursor behind, nodes missing)."""
+    session = with_tree("racing")
+    grow(session, app, SNAPSHOT_INTERVAL + 6)  # messages after the snapshot: to mirror
+    loaded = app.session("racing")
+    assert loaded is not None and not loaded.tree_in_hand
+    seen: list[tuple[str, int]] = []
+    others: list[threading.Thread] = []
+    real = Conversation.sync
+
+    def take_up() -> None:
+        conversation = loaded.conversation
+        seen.append((conversation.cursor, len(conversation.tree.nodes)))
+
+    def sync(self: Conversation, *args: Any, **kwargs: Any) -> Any:
+        if not others:  # the first mirroring: another thread takes the tree up meanwhile
+            others.append(threading.Thread(target=take_up))
+            others[0].start()
+            others[0].join(timeout=0.5)  # (it waits for this one, or got the tree)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Conversation, "sync", sync)
+    conversation = loaded.conversation
+    others[0].join()
+    want = session.conversation
+    assert seen == [(want.cursor, len(want.tree.nodes))]
+    assert conversation == want
