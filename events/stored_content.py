@@ -13,19 +13,31 @@ node held when its record was written; it compares equal to that tuple (and to a
 StoredContent standing for an equal one). Its ``digest`` is
 :func:`events.forest.key_digest` of the message key of that content under ``role`` (the
 node's), ``text_only`` whether it
-is text blocks only (at least one). It is never encoded: msgspec refuses it, so a tree
+is text blocks only (at least one), ``exact`` the :func:`blocks_sum` of the blocks
+themselves (what tells them from another message of the same key, which differs in
+whitespace). It is never encoded: msgspec refuses it, so a tree
 not read in full can never be stored silently wrong (:func:`events.tree_records.in_full`
 reads it whole first).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol, overload
 
+import msgspec
+
 from tether.events.messages import ContentBlock
 
-__all__ = ["ContentReader", "StoredContent", "read_contents"]
+__all__ = ["ContentReader", "StoredContent", "blocks_sum", "read_contents"]
+
+
+def blocks_sum(blocks: Sequence[ContentBlock]) -> bytes:
+    """8 bytes standing for exactly these blocks (whitespace and all): what a tree record
+    keeps to check that a content record holds a message's very blocks (the key's digest
+    cannot tell two messages apart that prefix matching takes for one)."""
+    return hashlib.blake2b(msgspec.msgpack.encode(list(blocks)), digest_size=8).digest()
 
 
 class ContentReader(Protocol):
@@ -42,12 +54,14 @@ class StoredContent(Sequence[ContentBlock]):
     """A node's content blocks, kept in the content record at session version ``chunk``
     (at index ``place``), read on first use (see the module's docstring)."""
 
-    __slots__ = ("_blocks", "chunk", "digest", "node", "place", "reader", "role", "text_only")
+    __slots__ = ("_blocks", "chunk", "digest", "exact", "node", "place", "reader", "role",
+                 "text_only")
 
     def __init__(self, role: str, digest: bytes, text_only: bool, chunk: int, place: int,
                  node: str, reader: ContentReader | None,
-                 blocks: tuple[ContentBlock, ...] | None = None) -> None:
+                 blocks: tuple[ContentBlock, ...] | None = None, exact: bytes = b"") -> None:
         self.role = role
+        self.exact = exact
         self.digest = digest
         self.text_only = text_only
         self.chunk = chunk

@@ -5,9 +5,11 @@ A session's snapshot points at the record of its tree (``_tree_at``, see
 :mod:`events.session`). That record, a :class:`TreeRecord` under :func:`tree_uuid`, holds
 the tree without the messages' blocks: each node's id, parent, children, role and flags,
 the digest of its message key (:func:`events.forest.key_digest`, all prefix matching
-compares) and where its blocks are: the :class:`TreeContents` record (under
-:func:`contents_uuid`) written at session version ``chunk``, at index ``place``. Roots'
-blocks (the system prompts, which ``find_root`` reads) are in the record itself.
+compares), a sum of its very blocks (:func:`events.stored_content.blocks_sum`, what a
+content record read is checked against) and where its blocks are: the
+:class:`TreeContents` record (under :func:`contents_uuid`) written at session version
+``chunk``, at index ``place``. Roots' blocks (the system prompts, which ``find_root``
+reads) are in the record itself.
 
 Writing is incremental: a record points at the content records earlier ones wrote for
 every node whose blocks are unchanged since it was read, and one new content record (at
@@ -19,9 +21,9 @@ Reading is lazy (:func:`read_tree`): the record's columns are decoded, and a nod
 from them only when it is looked at (:class:`StoredNodes`), its blocks only when they
 are (:class:`events.stored_content.StoredContent`, through a :class:`ContentSource`).
 A content record that is missing, does not decode or does not hold what the tree record
-says (its digest) is not an answer: the source gets the tree from the session's events up
-to the record's version instead (the application logs a WARNING), and takes the blocks
-from there.
+says (its sum, and its key's digest) is not an answer: the source gets the tree from the
+session's events up to the record's version instead (the application logs a WARNING),
+and takes the blocks from there.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from eventsourcing.domain import DomainEvent
 from tether.events.conversation import Conversation
 from tether.events.forest import ForestState, Node, key_digest, message_digest, message_key
 from tether.events.messages import ContentBlock, TextBlock
-from tether.events.stored_content import StoredContent, read_contents
+from tether.events.stored_content import StoredContent, blocks_sum, read_contents
 
 __all__ = ["KEY_FORMAT", "ContentSource", "StoredNodes", "TreeContents", "TreeRecord",
            "TreeRecordError", "contents_uuid", "in_full", "read_tree", "record_tree",
@@ -51,7 +53,7 @@ KEY_FORMAT = 1
 :func:`events.forest.message_key`); a record made otherwise is not read (the events are)."""
 
 _CONTINUES, _TEXT_ONLY = 1, 2
-_DIGEST = 16
+_DIGEST, _SUM = 16, 8
 
 
 def tree_uuid(session: uuid.UUID) -> uuid.UUID:
@@ -78,7 +80,8 @@ class TreeRecord(DomainEvent):
     order (``ids``): ``role_of`` (one byte, an index into ``roles``), ``flags`` (one
     byte: 1 continues, 2 text only), ``parents`` (int32, an index into ``ids``, -1 for a
     root), ``counts`` (int32, its children, listed in order node after node in
-    ``children``, int32 indexes), ``digests`` (16 bytes), ``chunks`` (int64: the version
+    ``children``, int32 indexes), ``digests`` (16 bytes), ``sums`` (8 bytes,
+    :func:`events.stored_content.blocks_sum` of its blocks), ``chunks`` (int64: the version
     of the content record holding its blocks, 0 for the ``inline`` ones) and ``places``
     (int32: their index there). Integers are little-endian."""
 
@@ -98,6 +101,7 @@ class TreeRecord(DomainEvent):
     counts: bytes
     children: bytes
     digests: bytes
+    sums: bytes
     chunks: bytes
     places: bytes
     inline: list[list[ContentBlock]]
@@ -180,7 +184,8 @@ def record_tree(conversation: Conversation, session: uuid.UUID, version: int) ->
         roles=list(columns.roles), role_of=bytes(columns.role_of),
         flags=bytes(columns.flags), parents=_pack("i", columns.parents),
         counts=_pack("i", columns.counts), children=_pack("i", columns.children),
-        digests=bytes(columns.digests), chunks=_pack("q", columns.chunks),
+        digests=bytes(columns.digests), sums=bytes(columns.sums),
+        chunks=_pack("q", columns.chunks),
         places=_pack("i", columns.places), inline=columns.inline)
     if not columns.new:
         return [record]
@@ -213,6 +218,7 @@ class _Columns:
         self.role_of = bytearray()
         self.flags = bytearray()
         self.digests = bytearray()
+        self.sums = bytearray()
         self.parents: list[int] = []
         self.counts: list[int] = []
         self.children: list[int] = []
@@ -236,12 +242,12 @@ class _Columns:
         self.counts.append(len(node.children))
         self.children.extend(position[child] for child in node.children)
         if isinstance(content, StoredContent) and node.parent is not None:
-            digest, text_only = content.digest, content.text_only
+            digest, text_only, exact = content.digest, content.text_only, content.exact
             self.chunks.append(content.chunk)
             self.places.append(content.place)
         else:
             blocks = list(content)
-            digest = message_digest(node.role, blocks)
+            digest, exact = message_digest(node.role, blocks), blocks_sum(blocks)
             text_only = bool(blocks) and all(isinstance(b, TextBlock) for b in blocks)
             kept = self.inline if node.parent is None else self.new
             self.chunks.append(0 if node.parent is None else self.version)
@@ -250,6 +256,7 @@ class _Columns:
         self.flags.append((_CONTINUES if node.continues else 0)
                           | (_TEXT_ONLY if text_only else 0))
         self.digests += digest
+        self.sums += exact
 
     def copy_run(self, earlier: _Earlier, start: int, end: int) -> None:
         """The nodes from ``start`` to ``end`` (not roots), not made since their record
@@ -264,6 +271,7 @@ class _Columns:
         self.places.extend(earlier.places[start:end])
         self.flags += record.flags[start:end]
         self.digests += record.digests[_DIGEST * start:_DIGEST * end]
+        self.sums += record.sums[_SUM * start:_SUM * end]
 
     def copy(self, earlier: _Earlier, node_id: str) -> None:
         """A node not made since its record was read: as that record has it."""
@@ -288,6 +296,7 @@ class _Columns:
         self.places.append(place)
         self.flags.append(record.flags[j])
         self.digests += record.digests[_DIGEST * j:_DIGEST * (j + 1)]
+        self.sums += record.sums[_SUM * j:_SUM * (j + 1)]
 
 
 # --- reading -------------------------------------------------------------------------------
@@ -344,8 +353,8 @@ class ContentSource:
                     f"{stored.place}")
         blocks = tuple(chunk[stored.place])
         only_text = bool(blocks) and all(isinstance(b, TextBlock) for b in blocks)
-        if key_digest(message_key(stored.role, blocks)) != stored.digest or (
-                only_text != stored.text_only):
+        if blocks_sum(blocks) != stored.exact or key_digest(message_key(
+                stored.role, blocks)) != stored.digest or only_text != stored.text_only:
             return (f"message {stored.place} of the content record at version "
                     f"{stored.chunk} is not what the tree record says")
         return blocks
@@ -387,7 +396,7 @@ class StoredNodes(dict[str, Node]):
         if record.keys != KEY_FORMAT:
             raise TreeRecordError(f"digests of key format {record.keys}, not {KEY_FORMAT}")
         if not (len(record.role_of) == len(record.flags) == n
-                and len(record.digests) == _DIGEST * n):
+                and len(record.digests) == _DIGEST * n and len(record.sums) == _SUM * n):
             raise TreeRecordError("the record's columns do not agree")
         counts = _unpack("i", record.counts, n)
         children = _unpack("i", record.children, None)
@@ -421,7 +430,8 @@ class StoredNodes(dict[str, Node]):
             else:
                 content = StoredContent(role, record.digests[_DIGEST * i:_DIGEST * (i + 1)],
                                         bool(flags & _TEXT_ONLY), chunks[i], places[i],
-                                        node_id, self._reader)
+                                        node_id, self._reader,
+                                        exact=record.sums[_SUM * i:_SUM * (i + 1)])
             start = self._starts[i]
             # A StoredContent stands for the tuple (see events.stored_content).
             node = Node(node_id, None if parent < 0 else ids[parent], role,

@@ -319,3 +319,44 @@ def test_a_second_thread_never_gets_the_tree_while_the_first_mirrors_into_it(
     want = session.conversation
     assert seen == [(want.cursor, len(want.tree.nodes))]
     assert conversation == want
+
+
+def test_a_content_record_holding_another_message_alike_to_prefix_matching_falls_back(
+        app: TetherApplication, caplog: pytest.LogCaptureFixture) -> None:
+    """A content record whose messages were swapped with others of the same key (they
+    differ in whitespace only: one digest) does not hold what its tree record says: the
+    blocks come from the events, never the other message's."""
+    session = with_tree("swapped")
+    for first, text in (("a", "same"), ("b", " same "), ("c", "same\n")):  # one key
+        session.clear_context()  # (each on a branch of its own)
+        for said in (first, text):
+            session.receive_user_message(text=said, channel="c", user="u")
+            session.append_assistant_message(content=[TextBlock("ok")],
+                                             stop_reason="end_turn", usage=Usage(1, 1),
+                                             generation=0)
+            session.complete_turn(rounds=1, usage=Usage(1, 1), cost_usd=0.0,
+                                  stop="end_turn")
+    grow(session, app, SNAPSHOT_INTERVAL)
+    assert app.snapshots is not None
+    [record, *_] = stored(app, contents_uuid(session.id))
+    texts = [[b.text for b in blocks if isinstance(b, TextBlock)] for blocks in record.contents]
+    alike = [i for i, t in enumerate(texts) if t and t[0].strip() == "same"]
+    assert len(alike) == 3
+    swapped = list(record.contents)
+    swapped[alike[0]], swapped[alike[1]] = swapped[alike[1]], swapped[alike[0]]
+    encoded = app.mapper.to_stored_event(TreeContents(
+        originator_id=record.originator_id, originator_version=record.originator_version,
+        timestamp=record.timestamp, contents=swapped))
+    with app.snapshots.recorder.datastore.transaction(commit=True) as cursor:
+        cursor.execute(f"UPDATE {_table(app)} SET state = {_param(app)} WHERE "
+                       f"originator_id = {_param(app)} AND originator_version = {_param(app)}",
+                       (encoded.state, _key(app, record.originator_id),
+                        record.originator_version))
+    loaded = app.session("swapped")
+    assert loaded is not None
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        assert msgspec.json.encode(in_full(loaded.conversation)) == msgspec.json.encode(
+            session.conversation)
+    assert any("reading the tree's messages from the events" in r.getMessage()
+               for r in caplog.records)
+    assert loaded == session
