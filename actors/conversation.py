@@ -14,6 +14,7 @@ from itertools import pairwise
 from tether.events.conversation import Turn, answers
 from tether.events.forest import ForestState, Node
 from tether.events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock, TreeNode
+from tether.events.stored_content import read_contents
 
 NODE_TEXT_CHARS = 200
 """Characters of a node's text in a TreeView."""
@@ -35,6 +36,7 @@ def history_at(state: ForestState, node_id: str) -> list[Turn]:
     a message holds results of calls the message before it did not make (after a
     delete, say). ForestError for a missing node."""
     path = state.path(node_id)
+    read_contents(node.content for node in path)  # (kept apart: read at once)
     if path[-1].parent is None:
         raise LookupError("that is a root (a system prompt): pick a message under it")
     if any(isinstance(b, ToolUseBlock) for b in path[-1].content):
@@ -77,6 +79,7 @@ def node_text(content: Sequence[ContentBlock], limit: int = NODE_TEXT_CHARS,
 
 def tree_nodes(state: ForestState) -> list[TreeNode]:
     """Every node of the forest, depth first from each root in order, children in order."""
+    read_contents(node.content for node in state.nodes.values())  # (kept apart: at once)
     marks: dict[str, list[str]] = {}
     for name, node_id in sorted(state.bookmarks.items()):
         marks.setdefault(node_id, []).append(name)

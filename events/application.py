@@ -28,8 +28,18 @@ from tether.events.forest import Forest, ForestState, forest_uuid
 from tether.events.inbox import RefusedMessage
 from tether.events.interactions import Interaction
 from tether.events.mapper import MsgspecMapper
-from tether.events.session import Session, TreeSnapshot, session_uuid, tree_uuid
+from tether.events.messages import ContentBlock
+from tether.events.session import Session, TreeSnapshot, session_uuid
 from tether.events.supervision import ActorLog, actorlog_uuid
+from tether.events.tree_records import (
+    ContentSource,
+    TreeContents,
+    TreeRecord,
+    TreeRecordError,
+    contents_uuid,
+    read_tree,
+    tree_uuid,
+)
 from tether.events.ttsr import RuleLog, rulelog_uuid
 
 A = TypeVar("A", bound=Aggregate)
@@ -70,10 +80,10 @@ SNAPSHOT_INTERVAL = 200
 snapshot and fewer than this many events however long it grew."""
 
 TREE_RECORD_AGE = 5 * SNAPSHOT_INTERVAL
-"""A session's snapshot points at the record of its tree (kept apart: it holds every
-message the session ever had) for at most this many events; a newer record is written
-with the snapshot once the tree was used since, or the record grew older than this (the
-messages added since are mirrored as it is read)."""
+"""A session's snapshot points at the record of its tree (kept apart: the tree holds
+every message the session ever had; :mod:`events.tree_records`) for at most this many
+events; a newer record is written with the snapshot once the tree was used since, or the
+record grew older than this (the messages added since are mirrored as it is read)."""
 
 
 class TetherApplication(Application[uuid.UUID]):
@@ -153,22 +163,51 @@ class TetherApplication(Application[uuid.UUID]):
         return project(aggregate, events)
 
     def _tree_at(self, session_id: uuid.UUID, at: int) -> Conversation:
-        """The tree record of a session stored at its version ``at``; if it is missing or
-        does not decode (a cache), the tree as the session's events up to ``at`` make it."""
+        """The tree record of a session stored at its version ``at`` (its messages' blocks
+        read as they are used); if it is missing or does not decode (a cache), the tree as
+        the session's events up to ``at`` make it. A whole tree as the release before
+        kept it (:class:`TreeSnapshot`) is read too."""
         try:
             for record in self.snapshots.get(tree_uuid(session_id), gt=at - 1, lte=at) if (
                     self.snapshots is not None) else ():
+                if isinstance(record, TreeRecord):
+                    return read_tree(record, ContentSource(
+                        functools.partial(self._tree_contents, session_id),
+                        functools.partial(self._tree_from_events, session_id, at)))
                 if isinstance(record, TreeSnapshot):
                     return record.state
             log.warning("%s: no tree record at version %s; reading the events",
                         session_id, at)
-        except (MapperDeserialisationError, TopicError):
+        except (MapperDeserialisationError, TopicError, TreeRecordError):
             log.warning("%s: the tree record at version %s could not be decoded; reading "
                         "the events", session_id, at, exc_info=True)
+        return self._replayed_tree(session_id, at)
+
+    def _replayed_tree(self, session_id: uuid.UUID, at: int) -> Conversation:
         session = project(None, self.events.get(session_id, lte=at))
         if not isinstance(session, Session):
             raise LookupError(f"{session_id} has no session events up to version {at}")
         return session.conversation
+
+    def _tree_contents(self, session_id: uuid.UUID, low: int, high: int
+                       ) -> dict[int, list[list[ContentBlock]]]:
+        """The content records of a session's tree from version ``low`` to ``high``, by
+        version; LookupError when they do not decode."""
+        if self.snapshots is None:
+            return {}
+        try:
+            return {r.originator_version: r.contents for r in self.snapshots.get(
+                contents_uuid(session_id), gt=low - 1, lte=high) if isinstance(r, TreeContents)}
+        except (MapperDeserialisationError, TopicError) as exc:
+            raise LookupError(f"a content record from version {low} to {high} could not be "
+                              f"decoded ({exc})") from exc
+
+    def _tree_from_events(self, session_id: uuid.UUID, at: int, why: str) -> ForestState:
+        """What a tree read from its record at ``at`` takes its messages' blocks from when
+        a content record fails it (``why``): the tree the events make."""
+        log.warning("%s: %s; reading the tree's messages from the events up to version %s",
+                    session_id, why, at)
+        return self._replayed_tree(session_id, at).tree
 
     def take_snapshot(self, aggregate_id: uuid.UUID, version: int | None = None,
                       projector_func: Any = project) -> None:
@@ -181,8 +220,7 @@ class TetherApplication(Application[uuid.UUID]):
                 return
             records: list[Any] = []
             if isinstance(aggregate, Session):
-                tree = aggregate.tree_record(every=TREE_RECORD_AGE)
-                records += [tree] if tree is not None else []
+                records += aggregate.tree_record(every=TREE_RECORD_AGE)
             self.snapshots.put([*records, type(aggregate).Snapshot.take(aggregate)])
         except Exception:
             log.warning("%s: no snapshot at version %s", aggregate_id, version, exc_info=True)

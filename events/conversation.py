@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from tether.events.forest import Change, ForestState, forest_uuid, message_key
+from tether.events.forest import Change, ForestState, forest_uuid, same_message
 from tether.events.messages import ContentBlock, ToolResultBlock, ToolUseBlock
 
 __all__ = ["Conversation", "Placement", "Turn", "answers", "complete_messages", "locate"]
@@ -144,7 +144,7 @@ class Conversation(msgspec.Struct, kw_only=True, dict=True):
         messages compared as prefix matching does), ForestError for an unknown node."""
         path = self.tree.path(node_id)
         if len(path) - 1 != len(history) or any(
-            message_key(node.role, node.content) != message_key(turn.role, turn.content)
+            not same_message(node, turn.role, turn.content)
             for node, turn in zip(path[1:], history, strict=False)
         ):
             raise ValueError(f"that history is not the path to node {node_id}")

@@ -82,6 +82,7 @@ Rules (after the Forest of the conversation engine spec, seed 003):
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal, NamedTuple
@@ -92,6 +93,7 @@ from eventsourcing.domain import Aggregate, event
 from tether.events.messages import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from tether.events.snapshots import TypedSnapshot
 from tether.events.stamping import stamped_trigger
+from tether.events.stored_content import StoredContent
 
 FOREST_NAMESPACE = uuid.UUID("3e0b6d27-5f8a-4c1e-b94d-7a2c8e51f036")
 
@@ -502,8 +504,16 @@ class ForestState(msgspec.Struct):
         """The first of ``children`` prefix matching would reuse: the same message key and
         the same continuation flag."""
         wanted = message_key(role, blocks)
+        digest: bytes | None = None
         for child in children:
-            if child.continues == continues and message_key(child.role, child.content) == wanted:
+            if child.continues != continues:
+                continue
+            content = child.content
+            if isinstance(content, StoredContent):  # not read: its key's digest is kept
+                digest = digest or key_digest(wanted)
+                if content.digest == digest:
+                    return child.id
+            elif message_key(child.role, content) == wanted:
                 return child.id
         return None
 
@@ -582,6 +592,28 @@ def message_key(role: str, content: Sequence[ContentBlock]) -> tuple[Any, ...]:
     return (role, tuple(parts))
 
 
+def key_digest(key: tuple[Any, ...]) -> bytes:
+    """16 bytes standing for a :func:`message_key` (what a tree record keeps of a message
+    whose content it keeps apart): equal keys give equal digests, and different keys
+    different ones but with a chance of 2**-128."""
+    return hashlib.blake2b(msgspec.msgpack.encode(key), digest_size=16).digest()
+
+
+def message_digest(role: str, content: Sequence[ContentBlock]) -> bytes:
+    """The :func:`key_digest` of a message (the one kept, for content not read yet)."""
+    if isinstance(content, StoredContent):
+        return content.digest
+    return key_digest(message_key(role, content))
+
+
+def same_message(node: Node, role: str, content: Sequence[ContentBlock]) -> bool:
+    """Prefix matching would take ``node`` for this message (flags aside), compared
+    without reading a content kept apart."""
+    if isinstance(node.content, StoredContent):
+        return node.content.digest == message_digest(role, content)
+    return message_key(node.role, node.content) == message_key(role, content)
+
+
 def _clean(content: Sequence[ContentBlock]) -> list[ContentBlock]:
     """The blocks without blank text blocks (the Messages API refuses them)."""
     if isinstance(content, str | bytes) or not isinstance(content, Sequence):
@@ -617,7 +649,9 @@ def _check_bookmark_name(name: str) -> None:
 
 
 def _only_text(blocks: Sequence[ContentBlock]) -> bool:
-    """``blocks`` are text blocks, at least one."""
+    """``blocks`` are text blocks, at least one (kept apart: as its record says)."""
+    if isinstance(blocks, StoredContent):
+        return blocks.text_only
     return bool(blocks) and all(isinstance(b, TextBlock) for b in blocks)
 
 

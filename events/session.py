@@ -25,6 +25,10 @@ from tether.events.messages import ContentBlock, TextBlock, ToolResultBlock, Too
 from tether.events.sandbox import SandboxProfile
 from tether.events.snapshots import TypedSnapshot
 from tether.events.stamping import stamped_trigger
+from tether.events.tree_records import in_full, record_tree, tree_uuid
+
+__all__ = ["KeptApart", "QueuedMessage", "Session", "SessionState", "TreeSnapshot", "Turn",
+           "interrupted_result", "session_uuid", "tree_uuid"]
 
 
 class QueuedMessage(msgspec.Struct):
@@ -81,7 +85,8 @@ class SessionState(msgspec.Struct, kw_only=True, omit_defaults=True):
     snapshot holds this or ``_tree_at``."""
     _tree_at: int | None = None
     """Not an attribute: the session version of the record this snapshot's tree is kept
-    in (:class:`TreeSnapshot`, read on first use). An older release, which needs
+    in (:class:`events.tree_records.TreeRecord`, or a :class:`TreeSnapshot` the release
+    before wrote; read on first use). An older release, which needs
     ``_tree``, cannot decode such a snapshot, and reads the events instead."""
     _tree_pending: int
 
@@ -109,10 +114,10 @@ class KeptApart:
 @dataclass(frozen=True)
 class TreeSnapshot(DomainEvent):
     """A session's conversation tree as it stood at session version
-    ``originator_version``, kept apart from the session's own snapshots (in the same
-    table, under :func:`tree_uuid`): a tree holds every message the session ever had,
-    compacted ones too, so a load that needs no tree should not read it. Like every
-    snapshot it is a cache of the events."""
+    ``originator_version``, whole, as the release before tree records
+    (:class:`events.tree_records.TreeRecord`) kept it apart from the session's own
+    snapshots (in the same table, under :func:`tree_uuid`). Still read, no longer
+    written. Like every snapshot it is a cache of the events."""
 
     state: Conversation
 
@@ -146,6 +151,8 @@ class Session(Aggregate):
             tree = aggregate._tree
             if isinstance(tree, KeptApart):
                 snapshot.state._tree, snapshot.state._tree_at = None, tree.at
+            else:  # read whole, if it was read from a record (what is not read is not kept)
+                snapshot.state._tree = in_full(tree)
             return snapshot
 
         def mutate(self, _: None) -> Aggregate:
@@ -326,12 +333,17 @@ class Session(Aggregate):
                 raise LookupError(f"session {self.session_id}: its tree is kept apart and "
                                   "nothing was given to read it (load the session through "
                                   "the application)")
-            tree = self._tree = tree.load(tree.at)
-        if self._tree_pending >= 0:
-            # As far as the history went when it was due (the user's message that came
-            # since waits for its reply).
-            limit, self._tree_pending = self._tree_pending, -1
-            tree.sync(self.system_prompt, self.history, limit)
+            tree = tree.load(tree.at)
+        limit = self._tree_pending
+        try:
+            if limit >= 0:
+                # As far as the history went when it was due (the user's message that
+                # came since waits for its reply).
+                tree.sync(self.system_prompt, self.history, limit)
+        finally:
+            # Handed out (the unlocked way in :attr:`conversation`) only once mirrored:
+            # another thread never gets a tree half mirrored. Never mirrored twice.
+            self._tree, self._tree_pending = tree, -1
         return tree
 
     @property
@@ -344,21 +356,21 @@ class Session(Aggregate):
         if isinstance(self._tree, KeptApart):
             self._tree.load = load
 
-    def tree_record(self, every: int) -> TreeSnapshot | None:
-        """The tree to keep apart with a snapshot of the session at its version, or None
-        when the record it points at will do: it does while the tree was not used since,
-        and is less than ``every`` versions old (the messages added since are mirrored when
-        it is read, so the record is renewed before that grows long). Points the session
-        at the new record."""
+    def tree_record(self, every: int) -> list[DomainEvent]:
+        """The records keeping the tree apart with a snapshot of the session at its
+        version (:func:`events.tree_records.record_tree`: its structure, and the blocks
+        of the messages no earlier record kept), or none when the record it points at
+        will do: it does while the tree was not used since, and is less than ``every``
+        versions old (the messages added since are mirrored when it is read, so the
+        record is renewed before that grows long). Points the session at the new
+        record."""
         tree = self._tree
         if isinstance(tree, KeptApart) and self.version - tree.at < every:
-            return None
-        record = TreeSnapshot(originator_id=tree_uuid(self.id),
-                              originator_version=self.version,
-                              timestamp=TreeSnapshot.create_timestamp(),
-                              state=self.conversation)
-        self._tree = KeptApart(self.version, lambda _: record.state)
-        return record
+            return []
+        conversation = self.conversation
+        records = record_tree(conversation, self.id, self.version)
+        self._tree = KeptApart(self.version, lambda _: conversation)
+        return records
 
     def _count_tokens(self, usage: Usage) -> None:
         self.input_tokens += usage.input_tokens
@@ -878,9 +890,3 @@ SESSION_NAMESPACE = uuid.UUID("6f1c5a52-8d5e-4a57-9a43-0d2b7d1f6e11")
 def session_uuid(session_id: str) -> uuid.UUID:
     """The aggregate id of the session with short id ``session_id`` (stable, derived)."""
     return uuid.uuid5(SESSION_NAMESPACE, f"session:{session_id}")
-
-
-def tree_uuid(session: uuid.UUID) -> uuid.UUID:
-    """The id the tree records of the session with aggregate id ``session`` are stored
-    under (:class:`TreeSnapshot`)."""
-    return uuid.uuid5(session, "tree")

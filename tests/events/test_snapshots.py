@@ -20,6 +20,7 @@ from tether.events.conversation import Conversation
 from tether.events.forest import Forest, ForestSnapshotState
 from tether.events.messages import TextBlock, ToolUseBlock, Usage
 from tether.events.session import Session, SessionState, Turn, tree_uuid
+from tether.events.tree_records import contents_uuid
 
 ENVELOPE = {"_id", "_version", "_pending_events"}
 
@@ -165,10 +166,13 @@ def test_the_tree_is_kept_apart_and_read_only_when_used(
     own = msgspec.json.decode(stored_snapshot(app, session.id, SNAPSHOT_INTERVAL).state)
     # (An older release needs _tree: it reads the events instead of such a snapshot.)
     assert own["state"]["_tree_at"] == SNAPSHOT_INTERVAL and "_tree" not in own["state"]
+    # The record holds the tree's structure; the messages' blocks are in a content record
+    # beside it (written once: later records point at it).
     record = stored_snapshot(app, tree_uuid(session.id), SNAPSHOT_INTERVAL)
-    assert record.topic.endswith(":TreeSnapshot")
-    assert len(record.state) > 20 * len(stored_snapshot(app, session.id,
-                                                        SNAPSHOT_INTERVAL).state) // 100
+    assert record.topic.endswith(":TreeRecord")
+    contents = stored_snapshot(app, contents_uuid(session.id), SNAPSHOT_INTERVAL)
+    assert contents.topic.endswith(":TreeContents")
+    assert b"answer 100" in contents.state and b"answer 100" not in record.state
 
     loaded = app.session("apart")
     assert loaded is not None and not loaded.tree_in_hand  # nothing of the tree read yet

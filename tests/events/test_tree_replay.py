@@ -20,6 +20,7 @@ from tether.events.application import TetherApplication, project
 from tether.events.forest import ForestError
 from tether.events.messages import TextBlock, ToolUseBlock, Usage
 from tether.events.session import Session, Turn, tree_uuid
+from tether.events.tree_records import StoredNodes, in_full
 
 TEXTS = ("hi", "again", "what", "ok", "hello world here")
 OPERATIONS = ("prompt", "user", "user", "assistant", "assistant", "calls", "result", "result",
@@ -126,7 +127,9 @@ def alter(rng: random.Random, session: Session) -> None:
 
 
 def tree_of(session: Session) -> tuple[bytes, str, int, str | None]:
-    conversation = session.conversation
+    """The tree encoded (read whole first: a tree read from its record keeps its nodes
+    and blocks apart until used, and cannot be encoded so), and the session's place."""
+    conversation = in_full(session.conversation)
     return (msgspec.json.encode(conversation.tree), conversation.cursor,
             conversation.mirrored, conversation.prompt)
 
@@ -162,3 +165,38 @@ def test_a_load_is_the_replay_at_every_version_around_its_records(
         assert loaded == replay, version
     latest = app.session(live.session_id)
     assert latest is not None and tree_of(latest) == tree_of(live) and latest == live
+
+
+@pytest.mark.parametrize("seed", range(3, 6))
+def test_commands_on_a_tree_read_from_its_record_do_as_on_the_replay(
+        app: TetherApplication, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """A session loaded around its tree records (its nodes and their blocks read only as
+    commands need them) goes on through random commands, moves and tree changes
+    included, exactly as the replay of the same version does."""
+    monkeypatch.setattr(TetherApplication, "snapshotting_intervals", {Session: 10})
+    monkeypatch.setattr(application, "TREE_RECORD_AGE", 30)
+    rng = random.Random(seed)
+    live = Session(session_id=f"c{seed}", name="n", workspace="/w", model="m", channel="c")
+    live.set_system_prompt(text="P1")
+    app.save(live)
+    while live.version < 200:
+        act(rng, live)
+        if rng.random() < 0.3:
+            live.conversation  # noqa: B018
+        if rng.random() < 0.35:
+            app.save(live)
+    app.save(live)
+
+    assert app.snapshots is not None
+    records = [s.originator_version for s in app.snapshots.get(tree_uuid(live.id))]
+    for version in sorted({v + d for v in records for d in (0, 3)} & set(range(1, 201))):
+        loaded = app.session(live.session_id, version=version)
+        replay = project(None, app.events.get(live.id, lte=version))
+        assert loaded is not None
+        if version in records:  # read from its record: nodes and blocks as needed
+            assert isinstance(loaded.conversation.tree.nodes, StoredNodes)
+        for step in range(25):
+            act(random.Random(seed * 10_000 + version * 100 + step), loaded)
+            act(random.Random(seed * 10_000 + version * 100 + step), replay)
+        assert tree_of(loaded) == tree_of(replay), version
+        assert loaded.history == replay.history, version

@@ -3,14 +3,18 @@ the user's moves and edits (between turns only)."""
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 from tests.actors.session.driver import SID, Core, Fed, generation_events
 from tether.actors.model.prompt import WorkspaceTexts
 from tether.actors.ports import ToolOutput
 from tether.actors.session import Phase
 from tether.actors.session.effects import CallModel, RestoreFiles
 from tether.actors.session.inputs import Recovered, ToolFinished
+from tether.actors.session.state import State
 from tether.events.application import TetherApplication
-from tether.events.forest import Forest
+from tether.events.forest import Forest, Node
 from tether.events.messages import (
     BookmarkNode,
     Branched,
@@ -28,6 +32,8 @@ from tether.events.messages import (
     UndoFiles,
 )
 from tether.events.session import Session
+from tether.events.stored_content import StoredContent
+from tether.events.tree_records import StoredNodes, in_full
 
 
 def two_turns() -> Core:
@@ -303,3 +309,49 @@ def test_a_turn_under_a_new_system_prompt_replays_to_the_same_tree() -> None:
     assert len(live.tree.roots) == 2
     again = replayed(core).conversation
     assert again.tree == live.tree and again.cursor == live.cursor
+
+
+def from_its_records(core: Core) -> Core:
+    """The same session's core, its session loaded from a snapshot that keeps its tree
+    in records (an actor taking it up after a restart): nothing of the tree is read until
+    a command needs it."""
+    app = TetherApplication(env={"PERSISTENCE_MODULE": "eventsourcing.popo"})
+    app.events.put([*core.created, *core.log])
+    app.take_snapshot(core.session.id)
+    loaded = app.session(SID)
+    assert loaded is not None and not loaded.tree_in_hand
+    taken = copy.copy(core)
+    taken.log = list(core.log)
+    taken.state = State.of(core.state.env, loaded, core.now)
+    nodes = taken.session.conversation.tree.nodes
+    assert isinstance(nodes, StoredNodes)
+    assert not any(isinstance(n, Node) and isinstance(n.content, StoredContent)
+                   and n.content.in_hand for n in dict.values(nodes))
+    return taken
+
+
+def test_tree_commands_on_a_session_taken_up_from_its_records_do_as_on_the_live_one() -> None:
+    def commands(core: Core) -> list[Any]:
+        replies: list[Any] = [page(core)]
+        first = node_of(core, "first question")
+        for message in (
+                BookmarkNode(session_id=SID, node_id=first, name="start", user="alice"),
+                SplitNode(session_id=SID, node_id=node_of(core, "second question"),
+                          position=7, user="alice"),
+                EditNode(session_id=SID, node_id=node_of(core, "first answer"),
+                         text="first reply", user="alice"),
+                BranchTo(session_id=SID, node_id="start", user="alice")):
+            replies.append(core.feed(message).effects)
+        replies.append(core.feed(Generate(session_id=SID, n=2, tools=False)).effects)
+        core.answer("one")
+        core.answer("two")
+        core.feed(DeleteNode(session_id=SID, node_id=node_of(core, "second answer"),
+                             mode="cascade", user="alice"))
+        replies.append(page(core))
+        return replies
+
+    live = two_turns()
+    taken = from_its_records(two_turns())
+    assert commands(taken) == commands(live)
+    assert in_full(taken.session.conversation) == live.session.conversation
+    assert replayed(taken).conversation == live.session.conversation
