@@ -8,9 +8,11 @@ channel (``fan0``, ``fan1``...), answered by the fake model server
 threads count in neither this process's memory nor its CPU). Each session then waits for
 input, its session actor and TTSR monitor alive.
 
-* **router**: a separate :class:`adapters.nats_bus.NatsBus` publishes, for every session,
-  one ``turn_start`` StreamDelta naming its channel, then 20 ``text`` deltas per second on
-  ``subjects.stream(sid)``, the sessions spread evenly over each 50 ms. Every delta's
+* **router**: for every session, one ``turn_start`` StreamDelta naming its channel, then
+  20 ``text`` deltas per second on ``subjects.stream(sid)``, the sessions spread evenly
+  over each 50 ms, timed on a separate :class:`adapters.nats_bus.NatsBus`'s loop and sent
+  as a session's actor sends them: told in process to the router and the session's TTSR
+  monitor (which take streams in process only), and published on the host's bus. Every delta's
   text carries its send time. The router gathers them per session and flushes them every
   ``notifications.debounce`` seconds (0.5 by default) as one ChannelMessage (kind
   ``stream``) on the session's channel subject, where a third connection receives them.
@@ -76,7 +78,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -358,10 +360,11 @@ class RawForwarder:
 
 
 async def publish(bus: NatsBus, targets: Sequence[Target], phase: str, generation: int,
-                  duration: float) -> tuple[int, int, int]:
+                  duration: float, send: Callable[[str, StreamDelta], None] | None = None
+                  ) -> tuple[int, int, int]:
     """On ``bus``'s loop: ``RATE`` text deltas per second per target for ``duration``
-    seconds, the targets spread over ``SLOTS`` slots of each period. Returns (text deltas
-    sent, start ns, end ns)."""
+    seconds, the targets spread over ``SLOTS`` slots of each period; each published on
+    ``bus``, or given to ``send``. Returns (text deltas sent, start ns, end ns)."""
     nc = bus.nc
     seqs = [0] * len(targets)
     step = 1.0 / RATE / SLOTS
@@ -379,9 +382,12 @@ async def publish(bus: NatsBus, targets: Sequence[Target], phase: str, generatio
             target = targets[i]
             seqs[i] += 1
             text = f"[{phase}@{time.perf_counter_ns()}]"
-            await nc.publish(target.subject, encode(StreamDelta(
-                session_id=target.session_id, generation=generation, seq=seqs[i],
-                kind="text", text=text)))
+            delta = StreamDelta(session_id=target.session_id, generation=generation,
+                                seq=seqs[i], kind="text", text=text)
+            if send is not None:
+                send(target.subject, delta)
+            else:
+                await nc.publish(target.subject, encode(delta))
             sent += 1
         tick += 1
     end_ns = time.perf_counter_ns()
@@ -439,6 +445,13 @@ class Fanout:
             with contextlib.suppress(Exception):
                 self._stack.pop()()
 
+    def as_a_session(self, subject: str, delta: StreamDelta) -> None:
+        """Send a delta as a session's actor does: told in process to the router and the
+        session's TTSR monitor (they take streams in process only), and published on the
+        host's bus for observers."""
+        if not self.host.system.deliver(subject, delta):
+            self.host.bus.publish(subject, encode(delta))
+
     def grow(self, n: int) -> None:
         """Create sessions (one UserMessage each, ``CREATE_BATCH`` at a time) until there
         are ``n``; each ends its first turn and waits for input."""
@@ -471,16 +484,19 @@ class Fanout:
         phase = f"p{self.phases}"
         generation = GENERATION + self.phases
         self.collector.start(phase)
+        send = self.as_a_session if path == "router" else None
         for target in targets:
-            self.tx.publish(target.subject, encode(StreamDelta(
-                session_id=target.session_id, generation=generation, seq=0,
-                kind="turn_start", channel=target.channel)))
+            start = StreamDelta(session_id=target.session_id, generation=generation, seq=0,
+                                kind="turn_start", channel=target.channel)
+            if send is not None:
+                send(target.subject, start)
+            else:
+                self.tx.publish(target.subject, encode(start))
         self.tx.flush()
         if path == "router":
-            time.sleep(0.1)  # the deltas reach the router's mailbox, then it drains
-            self.host.router.ref.ask(Tick(), timeout=DRAIN_S)
+            self.host.router.ref.ask(Tick(), timeout=DRAIN_S)  # after the turn_starts
         sent, start_ns, end_ns = self.tx.call(
-            lambda: publish(self.tx, targets, phase, generation, duration),
+            lambda: publish(self.tx, targets, phase, generation, duration, send),
             timeout=duration + 30)
         deadline = time.monotonic() + DRAIN_S
         while self.collector.delivered() < sent and time.monotonic() < deadline:
