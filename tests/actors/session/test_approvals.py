@@ -3,7 +3,8 @@ approval, /approve and plain text go to the coordinator (never to the model), an
 answer it settles is recorded with who gave it.
 
 (Which answer wins, ids, expiry and who may answer are the coordinator's:
-tests/integration/test_approvals.py; an approval's run: test_tools.py.)
+tests/actors/chat/test_approvals.py, test_who_answers.py, test_endings.py; an approval's
+run: test_tools.py.)
 """
 
 from __future__ import annotations
