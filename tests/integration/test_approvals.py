@@ -1,4 +1,10 @@
-"""Tier 3: a call that needs approval waits for the chat's answer; first answer wins."""
+"""Tier 3: a call that needs approval waits for the chat's answer; first answer wins.
+
+End to end, the wiring: the real gatekeeper's escalation, the host's clock and ticks, a
+kill through the manager, the terminal's prompt, the audit index. The coordinator's own
+decisions (ids, which answer wins, who may answer, expiry, cancel) are tested on plain
+values in tests/actors/chat/; the session's side in tests/actors/session/test_approvals.py.
+"""
 
 from __future__ import annotations
 
@@ -19,13 +25,11 @@ from tether.adapters.host import Host
 from tether.events.codec import encode
 from tether.events.messages import (
     Accepted,
-    ChatText,
     ForkSession,
     InteractionAnswer,
     Killed,
     KillSession,
     ListSessions,
-    PlanAnswer,
     SessionList,
     ToolResultBlock,
 )
@@ -49,7 +53,6 @@ def start(make_settings: Callable[..., Settings], fake_llm: Callable[[str], Fake
     settings = make_settings(anthropic_base_url=llm.base_url, approval_timeout=300.0)
     host = Host(settings, provider=AnthropicProvider(None, llm.base_url), clock=clock)
     return host.start(), clock
-
 
 
 def say(host: Host, text: str, sid: str = "", user: str = "ana") -> str:
@@ -189,33 +192,6 @@ def test_typing_what_the_notice_says_at_the_terminals_prompt_does_what_it_says(
         host.stop()
 
 
-def test_a_wrong_id_approves_nothing_and_timeouts_are_not_people(
-    make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
-    watch_channel: Callable[..., Any],
-) -> None:
-    host, clock = start(make_settings, fake_llm)
-    try:
-        channel = watch_channel(host, "test")
-        sid = say(host, "please publish it")
-        asked = channel.wait_for("approval").text
-        say(host, "/approve deadbeef", sid)
-        assert "no pending approval 'deadbeef'" in channel.wait_for("approval").text
-        say(host, "/approve " + asked.split()[1].rstrip(":"), sid)
-        assert "approved by ana" in channel.wait_for("approval").text
-        channel.wait_for("completed")
-
-        sid2 = say(host, "please publish it")
-        channel.wait_for("approval")
-        clock.advance(301)
-        host.coordinator.tell(Tick())
-        channel.wait_for("completed")
-        decided = [e for e in host.app.session_events(sid2)
-                   if type(e).__name__ == "ToolCallDecided"]
-        assert (decided[-1].decision, decided[-1].tier) == ("deny", "approval-timeout")
-    finally:
-        host.stop()
-
-
 def _calls(host: Host, sid: str, kind: str) -> list[Any]:
     return [e for e in host.app.session_events(sid) if type(e).__name__ == kind]
 
@@ -298,33 +274,3 @@ def test_a_fork_belongs_to_its_sources_owner_and_replies_go_only_to_request_inbo
     finally:
         host.stop()
 
-
-def test_approvers_count_for_the_sessions_home_channel_not_the_chat_it_asks_in(
-    make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
-    watch_channel: Callable[..., Any],
-) -> None:
-    """ana's session started on "test"; she later writes from "ops", so its next approval
-    is asked there. bo approves for "ops", not for "test": his text in "ops" decides
-    nothing of hers, however it reaches the coordinator."""
-    llm = fake_llm(SCRIPT + SCRIPT.split("responses:\n", 1)[1] * 3)
-    settings = make_settings(anthropic_base_url=llm.base_url, approvers={"ops": ["bo"]})
-    host = Host(settings, provider=AnthropicProvider(None, llm.base_url)).start()
-    try:
-        ops = watch_channel(host, "ops")
-        sid = say(host, "hello")
-        say_as(host, "please publish it", sid, channel="ops", user="ana")
-        interaction = ops.wait_for("approval").text.split()[1].rstrip(":")
-        for answer in (ChatText(session_id=sid, channel="ops", text="no, by bo", user="bo"),
-                       PlanAnswer(session_id=sid, choice="proceed", user="bo",
-                                  channel="ops"),
-                       InteractionAnswer(session_id=sid, interaction_id=interaction,
-                                         approved=True, user="bo", channel="ops")):
-            host.bus.publish(host.subjects.interactions, encode(answer))
-        assert "bo may not answer the approvals of" in ops.wait_for("error").text
-        assert "bo may not approve or deny the calls of" in ops.wait_for("error").text
-        assert [e.tier for e in _calls(host, sid, "ToolCallDecided")] == ["escalation"]
-        say_as(host, f"/approve {interaction}", sid, channel="ops", user="ana")
-        ops.wait_for("completed")
-        assert "approved by ana" in _calls(host, sid, "ToolCallDecided")[-1].reason
-    finally:
-        host.stop()

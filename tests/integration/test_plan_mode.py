@@ -4,12 +4,12 @@ Each test drives a real engine (NATS, the store, the gatekeeper, the coordinator
 local model server; session ids are sequential so the scripts can name the plan file. What
 the session decides (the prompt and tools while planning, the review opened, what an
 answer does, the implementation's request) is tested on plain values in
-tests/actors/session/test_plan_mode.py and test_review.py.
+tests/actors/session/test_plan_mode.py and test_review.py; what the coordinator makes of an
+answer (free text is feedback, the choices) in tests/actors/chat/test_plan_reviews.py.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -165,30 +165,3 @@ def test_the_terminal_reviews_the_plan_and_follows_the_implementation(
     assert (workspace / "hello.txt").read_text() == "hello"
     terminal.close()
 
-
-def test_ok_is_feedback_and_default_implements_with_every_escalation_asked(
-    engine: Callable[..., Engine], workspace: Path,
-    watch_channel: Callable[..., Any],
-) -> None:
-    """Seed 000: free text during a review is feedback, even "ok"; /default is the third
-    choice: implement the plan in the default mode, without auto-approvals."""
-    host, _, llm = engine(planning_script(workspace, IMPLEMENT.format(workspace=workspace))
-                          + """  - match: "wants the plan changed"
-    blocks:
-      - tool_use: {name: ExitPlanMode, input: {}}
-""", mode="plan")
-    channel = watch_channel(host, "test")
-    sid = say(host, "add a greeting file", user="ana")
-    review(channel)
-    say(host, "ok", sid, user="ana")
-    review(channel)  # sent back, then offered again
-    say(host, "/default", sid, user="ana")
-    channel.wait_for("completed")
-    channel.wait_for("completed")
-    assert [(r.choice, r.feedback) for r in events_named(host, "PlanReviewed")] == [
-        ("adjust", "ok"), ("default", "")]
-    modes = [(m.mode, m.auto_approve) for m in events_named(host, "ModeChanged")]
-    assert modes[-1] == ("default", [])
-    session = host.app.session(sid)
-    assert session is not None and session.mode == "default"
-    assert any("plan below is approved" in json.dumps(r["messages"]) for r in llm.requests)

@@ -1,8 +1,10 @@
 """The model asks the chat (AskUserQuestion); text answers it, after any pending approval.
 
-The coordinator decides which text answers what and when a question expires, so these
-stay end to end; what the session does with a question (a bad one refused, the answer as
-the call's result) is tested on plain values in tests/actors/session/test_questions.py."""
+End to end, the wiring: the answer and the expiry on the host's clock through the bus and
+the store, and the terminal's prompt. Which text answers what and when a question expires
+are the coordinator's, tested on plain values in tests/actors/chat/test_questions.py and
+test_endings.py; what the session does with a question (a bad one refused, the answer as
+the call's result) in tests/actors/session/test_questions.py."""
 
 from __future__ import annotations
 
@@ -89,31 +91,6 @@ def test_text_answers_a_question_and_silence_is_no_answer(
         received = [e.text for e in host.app.session_events(sid)
                     if type(e).__name__ == "UserMessageReceived"]
         assert received == ["paint the fence", "paint the shed"]
-    finally:
-        host.stop()
-
-
-def test_text_goes_to_the_chats_approval_before_its_question(
-    make_settings: Callable[..., Settings], fake_llm: Callable[[str], FakeLLM],
-    watch_channel: Callable[..., Any],
-) -> None:
-    host, _ = start(make_settings, fake_llm)
-    try:
-        channel = watch_channel(host, "test")
-        asking = say(host, "paint the fence")
-        channel.wait_for("question")
-        publishing = say(host, "publish it")  # another session in the same chat
-        channel.wait_for("approval")
-
-        say(host, "not today", asking)  # sent to the asking session, but approvals first
-        channel.wait_for("completed")
-        refused = tool_results(host, publishing)[-1]
-        assert refused.is_error and "not today" in refused.content
-        assert tool_results(host, asking) == []  # the question still waits
-
-        say(host, "green", asking)
-        channel.wait_for("completed")
-        assert tool_results(host, asking)[-1].content == "The user answered: green"
     finally:
         host.stop()
 

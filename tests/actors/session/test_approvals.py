@@ -3,7 +3,8 @@ approval, /approve and plain text go to the coordinator (never to the model), an
 answer it settles is recorded with who gave it.
 
 (Which answer wins, ids, expiry and who may answer are the coordinator's:
-tests/integration/test_approvals.py; an approval's run: test_tools.py.)
+tests/actors/chat/test_approvals.py, test_who_answers.py, test_endings.py; an approval's
+run: test_tools.py.)
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from tests.actors.session.driver import SID, Core, calls_model, eager, runs
 from tether.actors.session import Phase
 from tether.events.messages import (
     Accepted,
+    ApprovalRequest,
     ChannelMessage,
     ChatText,
     InteractionAnswer,
     InteractionSettled,
     ToolResultBlock,
     ToolUseBlock,
+    UserMessage,
 )
 from tether.events.session import Session
 
@@ -83,3 +86,16 @@ def test_no_answer_in_time_is_a_no_and_timeouts_are_not_people() -> None:
                if isinstance(b, ToolResultBlock)][-1]
     assert refused.is_error and "no answer within 300 s" in refused.content
     assert not runs(fed) and calls_model(fed)
+
+
+def test_an_approval_is_asked_in_the_latest_chat_for_the_home_chats_approvers() -> None:
+    """The session started on "term"; its owner writes from "ops": the approval is asked
+    in "ops", and names "term" as the home whose approvers count (what the coordinator
+    does with it: tests/actors/chat/test_who_answers.py)."""
+    core = eager()
+    core.feed(UserMessage(text="please publish it", channel="ops", session_id=SID,
+                          user="alice"))
+    core.call_tools(PUSH)
+    fed = core.verdict(PUSH, "escalate", reason="pushing needs a person")
+    (request,) = fed.sent(ApprovalRequest)
+    assert (request.channel, request.home_channel, request.owner) == ("ops", "term", "alice")

@@ -1,9 +1,9 @@
 """Plan mode decided on plain values: the model plans into its plan file, the plan goes to
 review, and an approved plan is implemented in a new turn.
 
-(The gatekeeper's refusing every write but the plan file, the coordinator's review and
-the files really written are end to end in tests/integration/test_plan_mode.py; the other
-review answers are in test_review.py.)
+(The gatekeeper's refusing every write but the plan file and the files really written are
+end to end in tests/integration/test_plan_mode.py; the other review answers are in
+test_review.py; the coordinator's side of a review in tests/actors/chat/test_plan_reviews.py.)
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ refused to the model, text while a question waits goes to the coordinator (never
 conversation), and no answer is an error result the model goes on from.
 
 (Which chat text answers which interaction, and when a question expires, are the
-coordinator's: tests/integration/test_questions.py.)
+coordinator's: tests/actors/chat/test_questions.py and test_endings.py.)
 """
 
 from __future__ import annotations

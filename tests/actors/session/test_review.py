@@ -185,7 +185,7 @@ def test_without_a_file_or_text_the_fallback_line_is_reviewed() -> None:
 def test_text_during_a_review_is_feedback_and_default_implements_asking_every_escalation() -> None:
     """Seed 000: what the chat types during a review goes to the coordinator (never to the
     model), even "ok", which sends the plan back; /default is the third choice. (That the
-    coordinator makes any text feedback: tests/integration/test_plan_mode.py.)"""
+    coordinator makes any text feedback: tests/actors/chat/test_plan_reviews.py.)"""
     core = Core()
     core.plan_text = PLAN
     planning(core)

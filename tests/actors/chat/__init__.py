@@ -1,0 +1,1 @@
+"""Unit tests of the interaction coordinator's pure core."""
