@@ -12,24 +12,12 @@ import datetime as dt
 from typing import Any, Literal
 
 import msgspec
-from eventsourcing.domain import Aggregate
 
+from tether.actors import core
+from tether.actors.core import Reply, Send
 from tether.actors.model.prompt import WorkspaceTexts
 from tether.actors.ports import Grant, ModelRequest
 from tether.events.messages import ToolUseBlock
-
-
-class Send(msgspec.Struct, frozen=True):
-    """Publish ``message`` on ``subject``."""
-
-    subject: str
-    message: Any
-
-
-class Reply(msgspec.Struct, frozen=True):
-    """Answer the request the decision was about."""
-
-    message: Any
 
 
 class Ask(msgspec.Struct, frozen=True):
@@ -146,14 +134,5 @@ Effect = (Send | Reply | Ask | CallModel | Compact | AskTitle | CancelModel | Ru
           | WriteMemory | RestoreFiles)
 
 
-class Outcome(msgspec.Struct, frozen=True):
-    """What one input decided: the aggregates holding the new events (saved together,
-    before any effect), and the effects, in order."""
-
-    aggregates: list[Aggregate]
-    effects: list[Effect]
-
-    @property
-    def events(self) -> list[Any]:
-        """The new events, aggregate by aggregate, each in the order recorded."""
-        return [e for aggregate in self.aggregates for e in aggregate.pending_events]
+Outcome = core.Outcome[Effect]
+"""What one input decided (:class:`actors.core.Outcome`)."""

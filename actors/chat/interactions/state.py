@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
-from eventsourcing.domain import Aggregate
 
+from tether.actors import core
 from tether.actors.authority import Approvers
+from tether.actors.core import Reply, Send
 from tether.events.interactions import Interaction
 from tether.events.messages import ApprovalRequest, PlanReviewRequest, QuestionRequest
 from tether.events.subjects import Subjects
@@ -63,30 +64,9 @@ class NewRequest(msgspec.Struct, frozen=True):
     interaction_id: str
 
 
-class Send(msgspec.Struct, frozen=True):
-    """Publish ``message`` on ``subject``."""
-
-    subject: str
-    message: Any
-
-
-class Reply(msgspec.Struct, frozen=True):
-    """Answer the request the decision was about (no-op for a plain publish)."""
-
-    message: Any
-
-
 Effect = Send | Reply
 
 
-class Outcome(msgspec.Struct, frozen=True):
-    """What one input decided: the aggregates holding the new events (an Interaction's
-    opening or ending, a RefusedMessage), and the effects, in order."""
-
-    aggregates: list[Aggregate]
-    effects: list[Effect]
-
-    @property
-    def events(self) -> list[Any]:
-        """The new events, aggregate by aggregate, each in the order recorded."""
-        return [e for aggregate in self.aggregates for e in aggregate.pending_events]
+Outcome = core.Outcome[Effect]
+"""What one input decided: the Interaction and RefusedMessage aggregates holding new
+events, and the effects (:class:`actors.core.Outcome`)."""
