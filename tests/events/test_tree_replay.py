@@ -134,24 +134,33 @@ def tree_of(session: Session) -> tuple[bytes, str, int, str | None]:
             conversation.mirrored, conversation.prompt)
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_a_load_is_the_replay_at_every_version_around_its_records(
-        app: TetherApplication, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+def drive(app: TetherApplication, monkeypatch: pytest.MonkeyPatch, rng: random.Random,
+          session_id: str, until: int, restarts: bool) -> Session:
+    """A session driven through random commands to version ``until``, saved now and then
+    (snapshots every 10 events, tree records at most 30 apart); ``restarts``: reloaded
+    from the store now and then, as an actor that restarts is."""
     monkeypatch.setattr(TetherApplication, "snapshotting_intervals", {Session: 10})
     monkeypatch.setattr(application, "TREE_RECORD_AGE", 30)
-    rng = random.Random(seed)
-    live = Session(session_id=f"r{seed}", name="n", workspace="/w", model="m", channel="c")
+    live = Session(session_id=session_id, name="n", workspace="/w", model="m", channel="c")
     live.set_system_prompt(text="P1")
     app.save(live)
-    while live.version < 300:
+    while live.version < until:
         act(rng, live)
         if rng.random() < 0.3:
             live.conversation  # noqa: B018  (the actor uses the tree as it goes)
         if rng.random() < 0.35:
             app.save(live)
-            if rng.random() < 0.1:
-                live = app.session(live.session_id) or live  # the actor restarted
+            if restarts and rng.random() < 0.1:
+                live = app.session(live.session_id) or live
     app.save(live)
+    return live
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_load_is_the_replay_at_every_version_around_its_records(
+        app: TetherApplication, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    rng = random.Random(seed)
+    live = drive(app, monkeypatch, rng, f"r{seed}", until=300, restarts=True)
 
     assert app.snapshots is not None
     records = [s.originator_version for s in app.snapshots.get(tree_uuid(live.id))]
@@ -173,19 +182,8 @@ def test_commands_on_a_tree_read_from_its_record_do_as_on_the_replay(
     """A session loaded around its tree records (its nodes and their blocks read only as
     commands need them) goes on through random commands, moves and tree changes
     included, exactly as the replay of the same version does."""
-    monkeypatch.setattr(TetherApplication, "snapshotting_intervals", {Session: 10})
-    monkeypatch.setattr(application, "TREE_RECORD_AGE", 30)
-    rng = random.Random(seed)
-    live = Session(session_id=f"c{seed}", name="n", workspace="/w", model="m", channel="c")
-    live.set_system_prompt(text="P1")
-    app.save(live)
-    while live.version < 200:
-        act(rng, live)
-        if rng.random() < 0.3:
-            live.conversation  # noqa: B018
-        if rng.random() < 0.35:
-            app.save(live)
-    app.save(live)
+    live = drive(app, monkeypatch, random.Random(seed), f"c{seed}", until=200,
+                 restarts=False)
 
     assert app.snapshots is not None
     records = [s.originator_version for s in app.snapshots.get(tree_uuid(live.id))]
