@@ -27,6 +27,19 @@ from tether.events.application import TetherApplication
 from tether.events.deliveries import Deliveries, deliveries_uuid
 from tether.events.messages import Accepted, UserMessage
 
+TWO_REPLIES = 'responses:\n  - blocks: [{text: "one"}]\n  - blocks: [{text: "two"}]\n'
+
+
+def after_one_turn(engine: Callable[..., Any], watch_channel: Callable[..., Any]
+                   ) -> tuple[Host, Any, str]:
+    """An engine whose model answers "one" then "two", and a session of channel "test"
+    that had its first turn: (host, the channel's watcher, session id)."""
+    host = engine(TWO_REPLIES).host
+    test = watch_channel(host, "test")
+    sid = say(host, "hello")
+    test.wait_for("completed")
+    return host, test, sid
+
 
 def say(host: Host, text: str, session_id: str = "", *, channel: str = "test",
         user: str = "user") -> str:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.conftest import Engine
-from tests.helpers import delivered, notices_settled, say, wait_until, wake_webhook
+from tests.helpers import after_one_turn, delivered, notices_settled, say, wait_until, wake_webhook
 from tether.actors.chat.router import RouterSettings
 from tether.actors.runtime import ask
 from tether.adapters.host import Host
@@ -51,11 +51,7 @@ def router_has_read(host: Host, sid: str) -> None:
 def test_an_outsider_cannot_pre_claim_a_session_s_next_notices(
     engine: Callable[..., Engine], watch_channel: Callable[..., Any], nats_url: str,
 ) -> None:
-    host, _, _ = engine('responses:\n  - blocks: [{text: "one"}]\n'
-                        '  - blocks: [{text: "two"}]\n')
-    test = watch_channel(host, "test")
-    sid = say(host, "hello")
-    test.wait_for("completed")
+    host, test, sid = after_one_turn(engine, watch_channel)
     outsider = NatsBus(nats_url, name="outsider")  # no credentials: none are asked
     try:
         head = host.app.max_notification_id()  # or a blind spray over a wider range
