@@ -8,7 +8,10 @@ every other process and client (see :class:`actors.runtime.Binding`).
 :class:`LocalRoutes` is the table: which actors of this process take which subjects
 (exact subjects, or patterns with NATS's ``*`` and ``>``), and whether each also listens
 on the bus. :class:`LocalAsks` holds the requests made in process: the reply address is
-a token that never reaches NATS, answered in process, or expired after its timeout.
+a token that never reaches NATS, answered in process, or expired after its timeout. Only
+an envelope the runtime made for such a request is answered in process
+(:attr:`actors.runtime.Envelope.asked_here`): a reply address that came over the bus is
+published to, whatever it looks like, so no outsider can answer an ask made here.
 
 Order: messages one thread sends in process to one actor arrive in the order sent, as
 they do over one NATS connection; an actor's messages to another go all one way or all
@@ -157,9 +160,6 @@ class LocalAsks:
             waiting.ref.tell(result)
         return True
 
-    def is_local(self, reply: str) -> bool:
-        """Whether ``reply`` is the address of a request made in process."""
-        return reply.startswith(LOCAL_REPLY_PREFIX)
 
 
 def _is_a(message: Any, reply_type: Any) -> bool:

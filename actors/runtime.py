@@ -54,12 +54,16 @@ class RemoteError(Exception):
 
 
 class Envelope(msgspec.Struct):
-    """A decoded bus message as delivered to an actor (``size``: bytes on the wire)."""
+    """A message as delivered to an actor by address: decoded from the bus (``size``:
+    bytes on the wire), or told in process. ``asked_here``: ``reply`` is the address of a
+    request made in process, answered in process; only the runtime sets it, so a reply
+    address that came over the bus is never taken for one, whatever it says."""
 
     message: Any
     reply: str
     subject: str
     size: int = 0
+    asked_here: bool = False
 
 
 class Then(msgspec.Struct):
@@ -177,7 +181,7 @@ class TetherActor(pykka.ThreadingActor):
         it was asked in process, else over the bus."""
         if envelope is None or not envelope.reply:
             return
-        if self.system.asks.is_local(envelope.reply):
+        if envelope.asked_here:
             self.system.asks.answer(envelope.reply, message)
         else:
             self.bus.publish(envelope.reply, encode(message))
@@ -369,7 +373,7 @@ class ActorSystem:
             return False
         token = self.asks.open(ref, tag, reply_type)
         try:
-            routes[0].ref.tell(Envelope(message, token, subject))
+            routes[0].ref.tell(Envelope(message, token, subject, asked_here=True))
         except pykka.ActorDeadError:
             self.asks.answer(token, None, error="the actor for this subject has stopped")
             return True

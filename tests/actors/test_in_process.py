@@ -35,17 +35,19 @@ class Pong(msgspec.Struct, tag="pong"):
 
 
 class Responder(TetherActor):
-    """Answers a Ping with a Pong (or, ``silent``, never); keeps what it got."""
+    """Answers a Ping with a Pong (``silent``: never; ``only``: only a Ping with that
+    text); keeps what it got."""
 
     def __init__(self, system: ActorSystem, got: queue.Queue[Any], silent: bool = False,
-                 answer: Any = None) -> None:
+                 answer: Any = None, only: str | None = None) -> None:
         super().__init__(system)
-        self.got, self.silent, self.answer = got, silent, answer
+        self.got, self.silent, self.answer, self.only = got, silent, answer, only
 
     def handle(self, message: Any, envelope: Envelope | None) -> None:
         self.got.put((message, envelope))
-        if not self.silent and envelope is not None:
-            self.reply(envelope, self.answer or Pong(text=f"re: {message.text}"))
+        if self.silent or envelope is None or self.only not in (None, message.text):
+            return
+        self.reply(envelope, self.answer or Pong(text=f"re: {message.text}"))
 
 
 class Asker(TetherActor):
@@ -178,3 +180,23 @@ def test_once_the_actor_stops_its_subject_goes_to_the_bus_again(
     sender.tell(("tell", there))
     assert seen.get(timeout=5) == Ping(text="news")
     sub.close()
+
+
+def test_a_reply_address_from_the_bus_is_never_taken_for_an_ask_made_in_process(
+        bus: NatsBus, system: ActorSystem) -> None:
+    """An outsider who names a waiting in-process ask's address as the reply of its own
+    request cannot answer that ask with the actor's answer to itself (a barrier cleared
+    by someone else's check): the address goes out on the bus, to nobody."""
+    there = subject(system, "guarded")
+    answers: queue.Queue[Any] = queue.Queue()
+    got: queue.Queue[Any] = queue.Queue()
+    system.start(Responder, [Binding(there, Ping, reach="both")], got=got, only="outside")
+    asker = system.start(Asker, [], answers=answers)
+    asker.tell(("ask", there, 1.0))
+    assert got.get(timeout=5)[0] == Ping(text="hello")  # the ask waits: no answer to it
+    waiting = f"_LOCAL.{system.process}.1"
+    bus.publish(there, encode(Ping(text="outside")), reply=waiting)
+    _, envelope = got.get(timeout=5)
+    assert envelope.reply == waiting and not envelope.asked_here
+    result = answers.get(timeout=5)
+    assert result.message is None and "no reply" in result.error
