@@ -403,8 +403,10 @@ class StoredNodes(dict[str, Node]):
         if sum(counts) != len(children) or (record.role_of and max(record.role_of) >= len(
                 record.roles)):
             raise TreeRecordError("the record's columns do not agree")
-        self._columns = (record, _unpack("i", record.parents, n), counts, children,
-                         _unpack("q", record.chunks, n), _unpack("i", record.places, n))
+        parents, chunks = _unpack("i", record.parents, n), _unpack("q", record.chunks, n)
+        places = _unpack("i", record.places, n)
+        _check_links(record, parents, counts, children, chunks, places)
+        self._columns = (record, parents, counts, children, chunks, places)
         self._reader = reader
         self._index: dict[str, int] | None = None
         self._starts: list[int] = []
@@ -524,6 +526,24 @@ class StoredNodes(dict[str, Node]):
 
     def __iter__(self) -> Iterator[str]:
         return dict.__iter__(self)
+
+
+def _check_links(record: TreeRecord, parents: array[int], counts: array[int],
+                 children: array[int], chunks: array[int], places: array[int]) -> None:
+    """Refuse (TreeRecordError) a record whose columns point outside it: a record that
+    decodes but was damaged must fall back to the events, not link a wrong node."""
+    n = len(record.ids)
+    inline = [places[i] for i in range(n) if chunks[i] == 0] if n else []
+    known = set(record.ids)
+    if n and (min(parents) < -1 or max(parents) >= n or min(counts) < 0
+              or min(chunks) < 0 or min(places) < 0):
+        raise TreeRecordError("a link or a place of the record is out of its range")
+    if children and (min(children) < 0 or max(children) >= n):
+        raise TreeRecordError("a child of the record is out of its range")
+    if any(place >= len(record.inline) for place in inline) or not known.issuperset(
+            [*record.roots, *record.bookmarks.values()]) or (
+            record.cursor and record.cursor not in known):
+        raise TreeRecordError("the record names a node or a block it does not hold")
 
 
 def read_tree(record: TreeRecord, reader: ContentSource) -> Conversation:

@@ -6,9 +6,11 @@ content record is missing, does not decode or does not hold what its record says
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -269,23 +271,62 @@ def test_records_written_while_another_thread_reads_the_tree(
         assert encoded == msgspec.json.encode(in_full(replay.conversation)), version
 
 
-def test_a_record_of_another_key_format_is_passed_over(
-        app: TetherApplication, caplog: pytest.LogCaptureFixture) -> None:
-    session = with_tree("format")
-    grow(session, app, SNAPSHOT_INTERVAL + 5)
+def rewritten_record(app: TetherApplication, session: Session,
+                     change: Callable[[dict[str, Any]], None]) -> None:
+    """Store the session's tree record again with ``change`` made to its fields (as JSON:
+    the packed columns are base64)."""
     assert app.snapshots is not None
     [record] = [r for r in stored(app, tree_uuid(session.id)) if isinstance(r, TreeRecord)]
     raw = msgspec.json.decode(app.mapper.to_stored_event(record).state)
-    raw["keys"] = 2  # digests made some other way: not comparable
+    change(raw)
     with app.snapshots.recorder.datastore.transaction(commit=True) as cursor:
         cursor.execute(f"DELETE FROM {_table(app)} WHERE originator_id = {_param(app)}",
                        (_key(app, tree_uuid(session.id)),))
     app.snapshots.recorder.insert_events([StoredEvent(
         originator_id=tree_uuid(session.id), originator_version=record.originator_version,
         topic="tether.events.tree_records:TreeRecord", state=msgspec.json.encode(raw))])
+
+
+def set_int(raw: dict[str, Any], column: str, index: int, value: int) -> None:
+    """Set one little-endian int32 of a packed column."""
+    packed = bytearray(base64.b64decode(raw[column]))
+    packed[4 * index:4 * index + 4] = value.to_bytes(4, "little", signed=True)
+    raw[column] = base64.b64encode(bytes(packed)).decode()
+
+
+def test_a_record_of_another_key_format_is_passed_over(
+        app: TetherApplication, caplog: pytest.LogCaptureFixture) -> None:
+    session = with_tree("format")
+    grow(session, app, SNAPSHOT_INTERVAL + 5)
+    rewritten_record(app, session, lambda raw: raw.update(keys=2))  # digests made otherwise
     with caplog.at_level(logging.WARNING, logger=LOG):
         loaded = app.session("format")
         assert loaded is not None and loaded.conversation == session.conversation
+    assert any("could not be decoded" in r.getMessage() for r in caplog.records)
+
+
+DAMAGES: dict[str, Callable[[dict[str, Any]], None]] = {
+    "parent-past-the-end": lambda raw: set_int(raw, "parents", 1, 10**6),
+    "child-before-the-start": lambda raw: set_int(raw, "children", 0, -1),
+    "cursor-of-no-node": lambda raw: raw.update(cursor="n-nowhere"),
+    "bookmark-to-no-node": lambda raw: raw.update(bookmarks={"b": "n-nowhere"}),
+    "root-block-not-held": lambda raw: raw.update(inline=[]),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_record_that_decodes_but_points_outside_itself_falls_back_to_the_events(
+        app: TetherApplication, caplog: pytest.LogCaptureFixture, damage: str) -> None:
+    """Damaged in the store, a record would link a wrong node or fail when a command
+    reads it: it is passed over as one that does not decode, and the tree comes from the
+    events."""
+    session = with_tree("damaged")
+    grow(session, app, SNAPSHOT_INTERVAL + 5)
+    rewritten_record(app, session, DAMAGES[damage])
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        loaded = app.session("damaged")
+        assert loaded is not None and loaded.conversation == session.conversation
+        assert tree_nodes(loaded.conversation.tree) == tree_nodes(session.conversation.tree)
     assert any("could not be decoded" in r.getMessage() for r in caplog.records)
 
 
