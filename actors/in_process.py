@@ -21,18 +21,15 @@ conversation, session, monitor, router and coordinator, alike).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import itertools
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 import msgspec
-import pykka
 
-__all__ = ["LOCAL_REPLY_PREFIX", "LocalAsks", "LocalRoute", "LocalRoutes", "matches"]
+__all__ = ["LocalAsks", "LocalRoute", "LocalRoutes", "Waiting", "is_a", "matches"]
 
 LOCAL_REPLY_PREFIX = "_LOCAL."
 """Reply addresses of requests made in process (never valid on NATS: they are not
@@ -96,7 +93,10 @@ class LocalRoutes:
         return [*exact, *(r for r in patterns if matches(r.subject, subject))]
 
 
-class _Ask(msgspec.Struct):
+class Waiting(msgspec.Struct):
+    """A request made in process: whose (``ref``), under which ``tag``, answered by a
+    ``reply_type``; ``timer`` ends the wait."""
+
     ref: Any
     tag: str
     reply_type: Any
@@ -104,30 +104,21 @@ class _Ask(msgspec.Struct):
 
 
 class LocalAsks:
-    """Requests made in process, waiting for their answer (thread-safe)."""
+    """Requests made in process, waiting for their answer (thread-safe). The runtime
+    turns what :meth:`take` gives into the asker's ``AskResult``."""
 
     def __init__(self, process: str) -> None:
         self._prefix = f"{LOCAL_REPLY_PREFIX}{process}."
         self._counter = itertools.count(1)
-        self._waiting: dict[str, _Ask] = {}
+        self._waiting: dict[str, Waiting] = {}
         self._lock = threading.Lock()
 
     def open(self, ref: Any, tag: str, reply_type: Any) -> str:
-        """A reply address for a request of the actor ``ref``; its answer comes back to it
-        as ``AskResult(tag, ...)``."""
+        """A reply address for a request of the actor ``ref``."""
         token = f"{self._prefix}{next(self._counter)}"
         with self._lock:
-            self._waiting[token] = _Ask(ref, tag, reply_type)
+            self._waiting[token] = Waiting(ref, tag, reply_type)
         return token
-
-    def expiry(self, token: str, timeout: float, why: str
-               ) -> Callable[[], Coroutine[Any, Any, None]]:
-        """A coroutine (to run on the bus's loop) that ends the wait after ``timeout``
-        seconds, answering ``why``."""
-        async def expire() -> None:
-            await asyncio.sleep(timeout)
-            self.answer(token, None, error=why)
-        return expire
 
     def expire_with(self, token: str, timer: Future[None]) -> None:
         """``timer`` ends the wait (cancelled once the answer comes)."""
@@ -138,31 +129,17 @@ class LocalAsks:
                 return
         timer.cancel()  # answered already
 
-    def answer(self, token: str, message: Any, error: str = "") -> bool:
-        """Give the asker its answer (``message``, or ``error``); False when nobody waits
-        for it any more (expired, or not one of this process's tokens)."""
-        from tether.actors.runtime import AskResult  # the runtime imports this module
-        from tether.events.messages import ErrorReply
-
+    def take(self, token: str) -> Waiting | None:
+        """The request ``token`` answers, no longer waiting (its timer cancelled); None
+        when nobody waits for it any more (answered, or expired)."""
         with self._lock:
             waiting = self._waiting.pop(token, None)
-        if waiting is None:
-            return False
-        if waiting.timer is not None:
+        if waiting is not None and waiting.timer is not None:
             waiting.timer.cancel()
-        if not error and isinstance(message, ErrorReply):
-            error = f"{message.error}: {message.reason}"
-        elif not error and not _is_a(message, waiting.reply_type):
-            error = f"the answer is a {type(message).__name__}, not what was asked for"
-        result = AskResult(waiting.tag, error=error) if error else AskResult(waiting.tag,
-                                                                            message)
-        with contextlib.suppress(pykka.ActorDeadError):
-            waiting.ref.tell(result)
-        return True
+        return waiting
 
 
-
-def _is_a(message: Any, reply_type: Any) -> bool:
+def is_a(message: Any, reply_type: Any) -> bool:
     """``isinstance``, for a reply type that is a class or a union of classes (any other
     annotation is taken as met: the receiver is this process's own code)."""
     try:

@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -25,7 +27,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 import pykka
 
-from tether.actors.in_process import LocalAsks, LocalRoute, LocalRoutes
+from tether.actors.in_process import LocalAsks, LocalRoute, LocalRoutes, is_a
 from tether.actors.log_context import bind_session, bound_session
 from tether.actors.ports import Bus, Inbound, RequestTimeout, Subscription
 from tether.events.codec import DecodeFailure, Decoder, encode
@@ -182,16 +184,14 @@ class TetherActor(pykka.ThreadingActor):
         if envelope is None or not envelope.reply:
             return
         if envelope.asked_here:
-            self.system.asks.answer(envelope.reply, message)
+            self.system.answer_here(envelope.reply, message)
         else:
             self.bus.publish(envelope.reply, encode(message))
 
     def send(self, subject: str, message: Any, reply: str = "") -> None:
-        """Tell by address; ``reply`` forwards a request's reply subject. The actors of
-        this process that take ``subject`` get it in process; it goes on the bus as well
-        unless one of them listens there too (:meth:`ActorSystem.deliver`)."""
-        if not self.system.deliver(subject, message, reply):
-            self.bus.publish(subject, encode(message), reply=reply)
+        """Tell by address (:meth:`ActorSystem.send`); ``reply`` forwards a request's reply
+        subject."""
+        self.system.send(subject, message, reply)
 
     def ask_async(
         self, subject: str, message: Any, reply_type: Any, tag: str, timeout: float
@@ -218,12 +218,16 @@ class TetherActor(pykka.ThreadingActor):
             except DecodeFailure as exc:
                 deliver(AskResult(tag, error=exc.reason))
                 return
-            if isinstance(answer, ErrorReply):
-                deliver(AskResult(tag, error=f"{answer.error}: {answer.reason}"))
-            else:
-                deliver(AskResult(tag, message=answer))
+            deliver(answered(tag, answer))
 
         self.bus.request(subject, encode(message), timeout, on_reply)
+
+
+def answered(tag: str, answer: Any) -> AskResult:
+    """The AskResult of an answer to the ask ``tag`` (an ErrorReply is its error)."""
+    if isinstance(answer, ErrorReply):
+        return AskResult(tag, error=f"{answer.error}: {answer.reason}")
+    return AskResult(tag, message=answer)
 
 
 class Tick(msgspec.Struct):
@@ -349,6 +353,13 @@ class ActorSystem:
         subscription = self._subscribe(ref, binding) if on_bus else None
         return _Bound(subscription, remove)
 
+    def send(self, subject: str, message: Any, reply: str = "") -> None:
+        """Tell by address, as an actor of this process does: the actors of this process
+        that take ``subject`` get it in process; it goes on the bus as well unless one of
+        them listens there too (:meth:`deliver`)."""
+        if not self.deliver(subject, message, reply):
+            self.bus.publish(subject, encode(message), reply=reply)
+
     def deliver(self, subject: str, message: Any, reply: str = "") -> bool:
         """Tell ``message`` to the actors of this process that take ``subject``; True when
         that is all it needs: some took it and one of them listens on the bus as well
@@ -375,11 +386,30 @@ class ActorSystem:
         try:
             routes[0].ref.tell(Envelope(message, token, subject, asked_here=True))
         except pykka.ActorDeadError:
-            self.asks.answer(token, None, error="the actor for this subject has stopped")
+            self.answer_here(token, None, error="the actor for this subject has stopped")
             return True
-        self.asks.expire_with(token, self.bus.spawn(self.asks.expiry(
-            token, timeout, f"no reply from {subject} within {timeout:g} s")))
+
+        async def expire() -> None:
+            await asyncio.sleep(timeout)
+            self.answer_here(token, None, error=f"no reply from {subject} within {timeout:g} s")
+
+        self.asks.expire_with(token, self.bus.spawn(expire))
         return True
+
+    def answer_here(self, token: str, answer: Any, error: str = "") -> None:
+        """Give the actor that asked in process (reply address ``token``) its answer, or
+        ``error``, as the bus path would: an ErrorReply or an answer of another type than
+        asked for is an error. Nothing when nobody waits any more (expired)."""
+        waiting = self.asks.take(token)
+        if waiting is None:
+            return
+        if not error and not isinstance(answer, ErrorReply) and not is_a(
+                answer, waiting.reply_type):
+            error = f"the answer is a {type(answer).__name__}, not what was asked for"
+        result = AskResult(waiting.tag, error=error) if error else answered(waiting.tag,
+                                                                            answer)
+        with contextlib.suppress(pykka.ActorDeadError):
+            waiting.ref.tell(result)
 
     def _subscribe(self, ref: pykka.ActorRef[Any], binding: Binding) -> Subscription:
         decoder: Decoder[Any] = Decoder(binding.accepts)
@@ -433,7 +463,8 @@ class ActorSystem:
         return ask(self.bus, subject, message, reply_type, timeout)
 
     def tell(self, subject: str, message: Any) -> None:
-        """Publish a message to an address."""
+        """Publish a message to an address on the bus, as a client does (an actor of this
+        process sends with :meth:`send`)."""
         self.bus.publish(subject, encode(message))
 
 

@@ -453,13 +453,6 @@ class Fanout:
             with contextlib.suppress(Exception):
                 self._stack.pop()()
 
-    def as_a_session(self, subject: str, delta: StreamDelta) -> None:
-        """Send a delta as a session's actor does: told in process to the router and the
-        session's TTSR monitor (they take streams in process only), and published on the
-        host's bus for observers."""
-        if not self.host.system.deliver(subject, delta):
-            self.host.bus.publish(subject, encode(delta))
-
     def grow(self, n: int) -> None:
         """Create sessions (one UserMessage each, ``CREATE_BATCH`` at a time) until there
         are ``n``; each ends its first turn and waits for input."""
@@ -492,7 +485,9 @@ class Fanout:
         phase = f"p{self.phases}"
         generation = GENERATION + self.phases
         self.collector.start(phase)
-        send = self.as_a_session if path == "router" else None
+        # As a session's actor sends: in process to the router and the session's monitor,
+        # and on the host's bus for observers.
+        send = self.host.system.send if path == "router" else None
         for target in targets:
             start = StreamDelta(session_id=target.session_id, generation=generation, seq=0,
                                 kind="turn_start", channel=target.channel)
