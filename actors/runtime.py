@@ -194,11 +194,19 @@ class TetherActor(pykka.ThreadingActor):
         self.system.send(subject, message, reply)
 
     def ask_async(
-        self, subject: str, message: Any, reply_type: Any, tag: str, timeout: float
+        self, subject: str, message: Any, reply_type: Any, tag: str, timeout: float,
+        here_only: bool = False,
     ) -> None:
         """Request by address; the answer (or the timeout) comes back to this actor as an
-        AskResult. An actor of this process that takes ``subject`` is asked in process."""
+        AskResult. An actor of this process that takes ``subject`` is asked in process.
+        ``here_only``: only such an actor may answer; when none takes it (stopped for
+        good), the ask fails at once rather than going out on the bus, where anyone may
+        answer it."""
         if self.system.ask_here(self.actor_ref, subject, message, reply_type, tag, timeout):
+            return
+        if here_only:
+            self.actor_ref.tell(AskResult(
+                tag, error=f"no actor of this process takes {subject}"))
             return
         decoder: Decoder[Any] = Decoder(reply_type | ErrorReply)
         ref = self.actor_ref

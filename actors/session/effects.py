@@ -29,6 +29,8 @@ class Ask(msgspec.Struct, frozen=True):
     reply_type: type
     tag: str
     timeout: float
+    here_only: bool = False
+    """Only an actor of this process may answer (see TetherActor.ask_async)."""
 
 
 class CallModel(msgspec.Struct, frozen=True):
