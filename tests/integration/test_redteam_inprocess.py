@@ -3,7 +3,6 @@ what a user would notice: files in the workspace, the chat, the store."""
 
 from __future__ import annotations
 
-import getpass
 import threading
 import time
 from collections.abc import Callable
@@ -19,8 +18,6 @@ from tether.events.messages import (
     BarrierCheck,
     BarrierResult,
 )
-
-
 
 
 def _violating_write(tmp_path: Path) -> str:
