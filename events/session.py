@@ -78,6 +78,8 @@ class SessionState(msgspec.Struct, kw_only=True, omit_defaults=True):
     auto_approve: list[str]
     plan: str
     running_call: str
+    call_ids: list[str] = msgspec.field(default_factory=list)
+    """Every tool call id the session proposed (absent from older snapshots)."""
     keeps_tree: bool
     _tree: Conversation | None = None
     """The Conversation itself, in snapshots stored before the tree was kept apart, and
@@ -235,6 +237,9 @@ class Session(Aggregate):
         self.plan = ""
         self.running_call = ""
         """The call that started and has not ended (ToolCallStarted without a result)."""
+        self.call_ids: list[str] = []
+        """The ids of every tool call proposed, on any branch: a model reusing one is
+        refused (the audit keys calls by it)."""
         self.keeps_tree = keeps_tree
         """The conversation tree is derived here, from this session's events. Sessions
         stored before kept it in a Forest aggregate of their own until their actor
@@ -388,7 +393,7 @@ class Session(Aggregate):
     def propose_tool_call(
         self, call_id: str, tool: str, tool_input: dict[str, Any], action_hash: str
     ) -> None:
-        pass
+        self.call_ids.append(call_id)
 
     class ToolCallDecided(Aggregate.Event):
         call_id: str

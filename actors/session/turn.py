@@ -296,6 +296,15 @@ def _commit_message(step: Step) -> None:
     if turn.alternative:
         _commit_alternative(step, done)
         return
+    known = set(step.session.call_ids)
+    reused = [b.id for b in done.content if isinstance(b, ToolUseBlock) and b.id in known]
+    if reused:
+        # The request's messages hold only the current branch (and what compaction left):
+        # a call of another branch may have this id. The audit keys calls by it.
+        endings.record_failure(step, f"the model reused the id {reused[0]!r} of an "
+                               "earlier tool call of the session; stopped before storing "
+                               "the reply or running any tool")
+        return
     step.session.append_assistant_message(
         content=[_redact_block(step, b) for b in done.content], stop_reason=done.stop_reason,
         usage=done.usage, generation=turn.generation)

@@ -29,8 +29,8 @@ from tether.events.session import Session
 PLAN = "1. Read the parser.\n2. Split the lexer out of it.\n3. Run the tests after each step."
 
 
-def exit_plan_mode() -> ToolUseBlock:
-    return ToolUseBlock(id="x1", name="ExitPlanMode", input={})
+def exit_plan_mode(call_id: str = "x1") -> ToolUseBlock:
+    return ToolUseBlock(id=call_id, name="ExitPlanMode", input={})
 
 
 def planning(core: Core) -> None:
@@ -196,7 +196,7 @@ def test_text_during_a_review_is_feedback_and_default_implements_asking_every_es
     sent_back = settle(core, "adjust", "ok")
     assert [(r.choice, r.feedback) for r in sent_back.recorded(Session.PlanReviewed)] == [
         ("adjust", "ok")]
-    core.call_tools(exit_plan_mode())  # the model offers the plan again
+    core.call_tools(exit_plan_mode("x2"))  # the model offers the plan again
     assert core.phase is Phase.REVIEW
 
     (answer,) = core.say("/default").sent(PlanAnswer)

@@ -177,7 +177,8 @@ def test_auto_mode_says_the_mode_approves_its_tools_and_only_those() -> None:
 
     core.say("/default")
     core.say("write them again")
-    (again,) = core.call_tools(write).sent(ToolProposal)
+    rewrite = ToolUseBlock(id="w2", name="write_file", input=write.input)
+    (again,) = core.call_tools(rewrite).sent(ToolProposal)
     assert (again.mode, again.auto_approve) == ("default", False)
 
 
