@@ -38,7 +38,8 @@ responses:
     test = watch_channel(host, "test")
     sid = say(host, "write a")
     test.wait_for("completed")
-    wait_until(lambda: bool(host.audit.query(session=sid)), "the audit row")
+    wait_until(lambda: [r.outcome for r in host.audit.query(session=sid)] == ["executed"],
+               "the audit row of the call, executed")
     first = host.audit.query(session=sid)
     say(host, "write b", sid)
     time.sleep(3)
@@ -68,7 +69,8 @@ responses:
     sid = say(host, "write a", user=ME)
     test.wait_for("completed")
     assert (workspace / "a.txt").read_text() == "one"
-    wait_until(lambda: bool(host.audit.query(session=sid)), "the audit row")
+    wait_until(lambda: [r.outcome for r in host.audit.query(session=sid)] == ["executed"],
+               "the audit row of the call, executed")
     first = host.audit.query(session=sid)
     view = ask(host.bus, host.subjects.manager, TreeQuery(session_id=sid), TreeView,
                timeout=10)
