@@ -355,7 +355,7 @@ class Host:
             policy_settings["deny_commands"] = settings.deny_commands
         system.start(
             GatekeeperActor,
-            [Binding(subjects.gatekeeper, ToolProposal, queue="gatekeeper")],
+            [Binding(subjects.gatekeeper, ToolProposal, queue="gatekeeper", reach="both")],
             app=self.app,
             policy=DenyLists.from_settings(policy_settings),
             pipeline=self.pipeline,
