@@ -182,10 +182,18 @@ def summarize_stale_results(messages: list[Msg], keep_turns: int = KEEP_TURNS) -
     ``messages`` (Turns or API dicts) is not changed: changed messages are new objects,
     unchanged ones are shared with the input (treat the result as read-only).
     """
+    numbers = turn_numbers(messages)
+    return summarize_stale(messages, numbers, numbers[-1] if numbers else 0, keep_turns)
+
+
+def summarize_stale(messages: list[Msg], numbers: list[int], current: int,
+                    keep_turns: int = KEEP_TURNS) -> list[Msg]:
+    """:func:`summarize_stale_results` of a part of a history: ``numbers`` are the turn
+    numbers of its messages (:func:`~actors.model.turns.turn_numbers`) and ``current``
+    the history's last, both counted from any one place in the history (only their
+    differences count)."""
     if keep_turns < 1:
         raise ValueError("keep_turns must be >= 1")
-    numbers = turn_numbers(messages)
-    current = numbers[-1] if numbers else 0
     out: list[Msg] = []
     for message, number in zip(messages, numbers, strict=True):
         # the results of a mixed message answer the turn before the one its text starts
