@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import queue
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,8 +32,8 @@ responses:
     chunk: 65536
     blocks:
       - tool_use: {name: write_file, input: {path: big.txt, content: "BIG"}}
-  - match: "refused"
-    blocks: [{text: "Understood, the file was too big to send."}]
+  - match: "big.txt"
+    blocks: [{text: "Written."}]
 """
 
 
@@ -88,10 +89,14 @@ def test_malformed_events_on_the_event_subjects_do_not_stop_the_router(
     assert host.system.stopped_for_good == []
 
 
-def test_a_tool_call_too_big_for_the_bus_is_refused_not_hung(
+def test_a_tool_call_bigger_than_the_bus_carries_is_judged_and_runs(
     fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host],
-    watch_channel: Callable[..., Any],
+    watch_channel: Callable[..., Any], workspace: Path,
 ) -> None:
+    """A proposal goes to the gatekeeper in process, so a call with an input past the
+    server's max_payload (1 MiB) is judged like any other, not refused for its size; the
+    observers' copies that do not fit on the bus are dropped with a warning, and nothing
+    hangs."""
     big = "x" * (1024 * 1024 + 10)
     llm = fake_llm(SCRIPT.replace('content: "BIG"', f'content: "{big}"'))
     host = make_host(llm)
@@ -99,12 +104,12 @@ def test_a_tool_call_too_big_for_the_bus_is_refused_not_hung(
     sid = ask(host.bus, host.subjects.inbox,
               UserMessage(text="please write a big file", channel="test"), Accepted).session_id
     channel.wait_for("completed", timeout=30)
+    assert (workspace / "big.txt").read_text() == big
+    decided = [(e.decision, e.tier) for e in host.app.session_events(sid)
+               if type(e).__name__ == "ToolCallDecided"]
+    assert decided == [("allow", "tier1")]
     session = host.app.session(sid)
     assert session is not None and session.status == "running"
-    # The refusal is stored (the history itself was compacted since: the 1 MiB call
-    # filled the context window).
-    refused = [e for e in host.app.session_events(sid) if type(e).__name__ == "ToolCallRefused"]
-    assert len(refused) == 1 and "gatekeeper did not answer" in refused[0].reason
 
 
 def test_a_workspace_outside_the_engines_is_refused(
