@@ -57,15 +57,17 @@ class RemoteError(Exception):
 
 class Envelope(msgspec.Struct):
     """A message as delivered to an actor by address: decoded from the bus (``size``:
-    bytes on the wire), or told in process. ``asked_here``: ``reply`` is the address of a
-    request made in process, answered in process; only the runtime sets it, so a reply
-    address that came over the bus is never taken for one, whatever it says."""
+    bytes on the wire), or told in process (``from_here``: by one of this process's
+    actors). ``asked_here``: ``reply`` is the address of a request made in process,
+    answered in process. Only the runtime sets the two, so nothing that came over the bus
+    is taken for either, whatever it says."""
 
     message: Any
     reply: str
     subject: str
     size: int = 0
     asked_here: bool = False
+    from_here: bool = False
 
 
 class Then(msgspec.Struct):
@@ -376,7 +378,7 @@ class ActorSystem:
         taken = False
         for route in routes:
             try:
-                route.ref.tell(Envelope(message, reply, subject))
+                route.ref.tell(Envelope(message, reply, subject, from_here=True))
             except pykka.ActorDeadError:
                 continue  # stopping: its route goes with its subscriptions
             taken = True
@@ -392,7 +394,8 @@ class ActorSystem:
             return False
         token = self.asks.open(ref, tag, reply_type)
         try:
-            routes[0].ref.tell(Envelope(message, token, subject, asked_here=True))
+            routes[0].ref.tell(Envelope(message, token, subject, asked_here=True,
+                                            from_here=True))
         except pykka.ActorDeadError:
             self.answer_here(token, None, error="the actor for this subject has stopped")
             return True

@@ -188,7 +188,7 @@ class NotificationRouterActor(TetherActor):
         if isinstance(message, StreamDelta):
             self._on_delta(message)
         elif isinstance(message, NoticesPlanned):
-            self._on_planned(message)
+            self._on_planned(message, envelope is not None and envelope.from_here)
         elif isinstance(message, OutboxAdvanced):
             self._deliver_pending()
         elif isinstance(message, WatchSession):
@@ -260,21 +260,24 @@ class NotificationRouterActor(TetherActor):
 
     # --- planned notices ----------------------------------------------------------------
 
-    def _on_planned(self, message: NoticesPlanned) -> None:
+    def _on_planned(self, message: NoticesPlanned, from_here: bool) -> None:
         """Send the notices a session tells of as it saves their events, without waiting
         for the outbox, which plans the same ones from the store (each is sent once, by
-        id)."""
+        id). ``from_here``: told by a session of this process, which saved their events
+        before it told."""
         state = self._session(message.session_id)
         if state is None:
             return
         # Only what the store holds and the outbox has not read yet: a notice of an event
         # not stored (an id claimed ahead, which would take the real notice's place) is
-        # no session's; one the outbox has read goes from its row (anyone on a bus without
-        # credentials can publish here).
+        # no session's (anyone on a bus without credentials can publish here; told in
+        # process, the events are stored); one the outbox has read goes from its row.
         gap = message.after != state.told_through
         if gap:  # told notices were lost on the way (or a side restarted): what the store
             self.catch_up()  # holds before these goes first, from the outbox's rows
-        read, head = self.outbox.position(), self.app.max_notification_id()
+        read = self.outbox.position()
+        head = (max((n.position for n in message.notices), default=0) if from_here
+                else self.app.max_notification_id())
         told = [n for n in message.notices if n.session_id == message.session_id
                 and n.id == f"{n.position}.{n.n}" and read < n.position <= head]
         if any(n.position > head for n in message.notices):
