@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
@@ -80,6 +81,10 @@ class NatsBus:
         self.refused = 0
         """Operations the server refused for want of permission (permissions violations)."""
         self.loop = asyncio.new_event_loop()
+        self._queued: deque[tuple[str, bytes, dict[str, str] | None, str]] = deque()
+        """Published, not yet handed to the client (see :meth:`publish`)."""
+        self._sending = False
+        """A task on the loop is sending the queue (read and set on the loop only)."""
         self._thread = threading.Thread(target=self._run, name="tether-bus", daemon=True)
         self._thread.start()
         self.closed = False
@@ -173,17 +178,34 @@ class NatsBus:
         headers: dict[str, str] | None = None,
         reply: str = "",
     ) -> None:
-        """Publish without waiting; messages from one thread keep their order. ``reply``
-        forwards a request: whoever answers, answers the original requester."""
+        """Publish without waiting; messages keep the order they were published in.
+        ``reply`` forwards a request: whoever answers, answers the original requester.
+
+        Publishes wait in one queue, sent by one task on the loop; only the first of a
+        burst wakes the loop (a write to its self-pipe, which also lets another thread take
+        the interpreter), the rest go with it."""
         if self.closed:
             return
-        self.loop.call_soon_threadsafe(self._publish_now, subject, data, headers, reply)
+        self._queued.append((subject, data, headers, reply))
+        if len(self._queued) == 1:  # else the task that sends the first sends this too
+            self.loop.call_soon_threadsafe(self._start_sending)
 
-    def _publish_now(
-        self, subject: str, data: bytes, headers: dict[str, str] | None, reply: str
-    ) -> None:
-        task = self.loop.create_task(self.nc.publish(subject, data, reply=reply, headers=headers))
-        task.add_done_callback(_log_failure)
+    def _start_sending(self) -> None:
+        if not self._sending:
+            self._sending = True
+            self.loop.create_task(self._send_queued())
+
+    async def _send_queued(self) -> None:
+        """Send what waits, in order, until nothing does (on the loop; one at a time)."""
+        try:
+            while self._queued:
+                subject, data, headers, reply = self._queued.popleft()
+                try:
+                    await self.nc.publish(subject, data, reply=reply, headers=headers)
+                except Exception as exc:
+                    log.warning("publish failed: %s", exc)
+        finally:
+            self._sending = False
 
     def subscribe(
         self, subject: str, callback: Callable[[Inbound], None], queue: str = ""
@@ -275,8 +297,11 @@ class NatsBus:
         self._thread.join(timeout=5)
 
     async def _drain(self) -> None:
-        # Let queued publishes (scheduled with call_soon_threadsafe) run first.
-        await asyncio.sleep(0)
+        # Let queued publishes go first.
+        while self._sending:
+            await asyncio.sleep(0.001)
+        self._sending = True
+        await self._send_queued()
         with contextlib.suppress(Exception):
             await self.nc.flush(timeout=2)
         await self.nc.close()
@@ -289,8 +314,3 @@ def _inbound(msg: Msg) -> Inbound:
         reply=msg.reply or "",
         headers=dict(msg.headers) if msg.headers else None,
     )
-
-
-def _log_failure(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.warning("publish failed: %s", task.exception())
