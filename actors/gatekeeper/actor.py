@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import msgspec
 import pykka
+from eventsourcing.persistence import RecordConflictError
 
 from tether.actors.gatekeeper.deny_lists import DenyLists, action_hash
 from tether.actors.gatekeeper.security import ActionRequest, PipelineConfig, evaluate
@@ -221,22 +222,27 @@ class GatekeeperActor(TetherActor):
             return
         if not isinstance(message, ToolProposal):
             return
-        digest = action_hash(message.tool, message.input)
-        existing = self.app.load(
-            decision_uuid(message.session_id, message.call_id, digest), ToolDecision
-        )
         judged = judge(message, self.policy, self.pipeline, self.clock.now(),
                        self.containment)
-        if existing is not None:
-            # A re-sent proposal keeps its first decision (the audit record is immutable).
-            judged = msgspec.structs.replace(
-                judged, decision=existing.decision, reason=existing.reason, tier=existing.tier
-            )
-            self._answer(message, envelope, judged, record=False)
-        elif judged.decision == "escalate" and judged.required_tier == 2:
+        if judged.decision == "escalate" and judged.required_tier == 2:
+            first = self._first_decision(message, judged)
+            if first is not None:  # decided before: not reviewed again
+                self._reply(message, envelope, first)
+                return
             self._review(message, envelope, judged)
         else:
             self._answer(message, envelope, judged)
+
+    def _first_decision(self, message: ToolProposal, judged: Judgement) -> Judgement | None:
+        """``judged`` as the call was first decided, if it was: a re-sent proposal keeps
+        its first decision (the audit record is immutable)."""
+        existing = self.app.load(decision_uuid(
+            message.session_id, message.call_id, action_hash(message.tool, message.input)),
+            ToolDecision)
+        if existing is None:
+            return None
+        return msgspec.structs.replace(judged, decision=existing.decision,
+                                       reason=existing.reason, tier=existing.tier)
 
     def _review(self, proposal: ToolProposal, envelope: Envelope | None,
                 judged: Judgement) -> None:
@@ -276,23 +282,34 @@ class GatekeeperActor(TetherActor):
         self._answer(proposal, envelope, msgspec.structs.replace(
             judged, decision=decision, reason=reason, tier="tier2", stages=stages))
 
-    def _answer(self, message: ToolProposal, envelope: Envelope | None, judged: Judgement,
-                record: bool = True) -> None:
+    def _answer(self, message: ToolProposal, envelope: Envelope | None, judged: Judgement
+                ) -> None:
+        """Record the decision, then give it; one decided before is given as it was
+        (found by the save that it conflicts with: no read before each save)."""
+        decided = ToolDecision(
+            call_id=message.call_id,
+            session_id=message.session_id,
+            tool=message.tool,
+            tool_input=message.input,
+            action_hash=action_hash(message.tool, message.input),
+            decision=judged.decision,
+            reason=judged.reason,
+            tier=judged.tier,
+        )
+        decided.record_stages(stages=judged.stages)
+        try:
+            self.app.save(decided)
+        except RecordConflictError:
+            first = self._first_decision(message, judged)
+            if first is None:  # not a decision in the way: the store failed
+                raise
+            judged = first
+        self._reply(message, envelope, judged)
+
+    def _reply(self, message: ToolProposal, envelope: Envelope | None, judged: Judgement
+               ) -> None:
         digest = action_hash(message.tool, message.input)
         decision, reason, tier = judged.decision, judged.reason, judged.tier
-        if record:
-            decided = ToolDecision(
-                call_id=message.call_id,
-                session_id=message.session_id,
-                tool=message.tool,
-                tool_input=message.input,
-                action_hash=digest,
-                decision=decision,
-                reason=reason,
-                tier=tier,
-            )
-            decided.record_stages(stages=judged.stages)
-            self.app.save(decided)
         self.reply(
             envelope,
             Verdict(

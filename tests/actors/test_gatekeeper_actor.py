@@ -52,6 +52,25 @@ def test_a_reused_call_id_is_judged_again_and_recorded_apart(
     assert recorded[0] is not None and recorded[0].session_id == "s1"
 
 
+def test_a_call_decided_before_gets_its_first_decision_whatever_it_would_get_now(
+    database_url: str, workspace: Path, fake_llm: Callable[[str], FakeLLM],
+    make_host: Callable[..., Host],
+) -> None:
+    """The audit record is immutable: the save of the new decision conflicts with the
+    stored one, and the stored one is given (and stays the only one)."""
+    host = make_host(fake_llm("responses: []"), database_url=database_url)
+    digest = action_hash("list_dir", {"path": "."})
+    first = ToolDecision(call_id="toolu_9", session_id="s9", tool="list_dir",
+                         tool_input={"path": "."}, action_hash=digest, decision="deny",
+                         reason="decided by an earlier policy", tier="policy")
+    host.app.save(first)
+    verdict = _propose(host, "s9", "toolu_9", "list_dir", {"path": "."}, workspace)
+    assert (verdict.decision, verdict.reason) == ("deny", "decided by an earlier policy")
+    stored = host.app.load(decision_uuid("s9", "toolu_9", digest), ToolDecision)
+    assert stored is not None and stored.version == 1 and stored.decision == "deny"
+    assert host.system.failures == 0
+
+
 def test_a_proposal_whose_hash_does_not_match_is_denied(
     workspace: Path, fake_llm: Callable[[str], FakeLLM], make_host: Callable[..., Host]
 ) -> None:
