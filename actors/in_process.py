@@ -24,7 +24,6 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import Any
 
 import msgspec
@@ -95,12 +94,11 @@ class LocalRoutes:
 
 class Waiting(msgspec.Struct):
     """A request made in process: whose (``ref``), under which ``tag``, answered by a
-    ``reply_type``; ``timer`` ends the wait."""
+    ``reply_type``."""
 
     ref: Any
     tag: str
     reply_type: Any
-    timer: Future[None] | None = None
 
 
 class LocalAsks:
@@ -120,23 +118,11 @@ class LocalAsks:
             self._waiting[token] = Waiting(ref, tag, reply_type)
         return token
 
-    def expire_with(self, token: str, timer: Future[None]) -> None:
-        """``timer`` ends the wait (cancelled once the answer comes)."""
-        with self._lock:
-            waiting = self._waiting.get(token)
-            if waiting is not None:
-                waiting.timer = timer
-                return
-        timer.cancel()  # answered already
-
     def take(self, token: str) -> Waiting | None:
-        """The request ``token`` answers, no longer waiting (its timer cancelled); None
-        when nobody waits for it any more (answered, or expired)."""
+        """The request ``token`` answers, no longer waiting; None when nobody waits for
+        it any more (answered, or expired)."""
         with self._lock:
-            waiting = self._waiting.pop(token, None)
-        if waiting is not None and waiting.timer is not None:
-            waiting.timer.cancel()
-        return waiting
+            return self._waiting.pop(token, None)
 
 
 def is_a(message: Any, reply_type: Any) -> bool:

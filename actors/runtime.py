@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import threading
@@ -27,6 +26,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 import pykka
 
+from tether.actors.deadlines import Deadlines
 from tether.actors.in_process import LocalAsks, LocalRoute, LocalRoutes, is_a
 from tether.actors.log_context import bind_session, bound_session
 from tether.actors.ports import Bus, Inbound, RequestTimeout, Subscription
@@ -320,6 +320,8 @@ class ActorSystem:
         self.routes = LocalRoutes()
         """The subjects this process's actors take in process."""
         self.asks = LocalAsks(self.process)
+        self.deadlines = Deadlines(f"asks-{self.process}")
+        """The in-process asks' timeouts."""
         """Requests made in process, waiting for their answers."""
 
     def record_failure(self, actor: str, error: str, restarted: bool) -> None:
@@ -399,12 +401,8 @@ class ActorSystem:
         except pykka.ActorDeadError:
             self.answer_here(token, None, error="the actor for this subject has stopped")
             return True
-
-        async def expire() -> None:
-            await asyncio.sleep(timeout)
-            self.answer_here(token, None, error=f"no reply from {subject} within {timeout:g} s")
-
-        self.asks.expire_with(token, self.bus.spawn(expire))
+        self.deadlines.at(time.monotonic() + timeout, lambda: self.answer_here(
+            token, None, error=f"no reply from {subject} within {timeout:g} s"))
         return True
 
     def answer_here(self, token: str, answer: Any, error: str = "") -> None:
@@ -466,6 +464,7 @@ class ActorSystem:
             self._handles.clear()
         for handle in handles:
             handle.stop()
+        self.deadlines.stop()
 
     # --- client side --------------------------------------------------------------------
 
