@@ -20,6 +20,23 @@ LONG = "\n".join(f"def f{i}(x):\n    return x + {i}" for i in range(40))
 """A tool result long enough for its summary to be shorter."""
 
 
+@pytest.fixture(autouse=True)
+def fresh_memo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with nothing remembered."""
+    monkeypatch.setattr(module, "_MEMO", module._Memo(module.MEMO_SESSIONS))
+
+
+def _tool_turns(turns: int) -> list[Turn]:
+    """A session of ``turns`` turns, each a question, a read, its result and an answer."""
+    history: list[Turn] = []
+    for n in range(turns):
+        history += [Turn("user", [TextBlock(f"q{n}")]),
+                    Turn("assistant", [ToolUseBlock(f"t{n}", "read_file", {"path": "a"})]),
+                    Turn("user", [ToolResultBlock(f"t{n}", LONG, False)]),
+                    Turn("assistant", [TextBlock("done")])]
+    return history
+
+
 def whole(history: list[Turn], keep_turns: int) -> Shaped:
     """Shaping without the memo: the definition the memo must agree with."""
     shaped = coalesce(summarize_stale_results(history, keep_turns))
@@ -60,7 +77,6 @@ def _message(rng: random.Random, n: int) -> list[Turn]:
 @pytest.mark.parametrize("seed", range(12))
 def test_every_shape_equals_shaping_the_whole_history(seed: int, keep_turns: int) -> None:
     rng = random.Random(seed)
-    module._MEMO = module._Memo(module.MEMO_SESSIONS)
     history: list[Turn] = []
     for n in range(160):
         roll = rng.random()
@@ -78,13 +94,7 @@ def test_every_shape_equals_shaping_the_whole_history(seed: int, keep_turns: int
 
 def test_a_long_session_is_shaped_from_its_settled_cut_on() -> None:
     """The memo is used: the messages before the cut are the ones shaped last time."""
-    module._MEMO = module._Memo(module.MEMO_SESSIONS)
-    history: list[Turn] = []
-    for n in range(30):
-        history += [Turn("user", [TextBlock(f"q{n}")]),
-                    Turn("assistant", [ToolUseBlock(f"t{n}", "read_file", {"path": "a"})]),
-                    Turn("user", [ToolResultBlock(f"t{n}", LONG, False)]),
-                    Turn("assistant", [TextBlock("done")])]
+    history = _tool_turns(30)
     first = shaped_history(history, 4)
     history.append(Turn("user", [TextBlock("one more")]))
     second = shaped_history(history, 4)
@@ -94,13 +104,7 @@ def test_a_long_session_is_shaped_from_its_settled_cut_on() -> None:
 
 
 def test_a_history_that_shrank_below_the_cut_is_shaped_whole() -> None:
-    module._MEMO = module._Memo(module.MEMO_SESSIONS)
-    history: list[Turn] = []
-    for n in range(12):
-        history += [Turn("user", [TextBlock(f"q{n}")]),
-                    Turn("assistant", [ToolUseBlock(f"t{n}", "read_file", {"path": "a"})]),
-                    Turn("user", [ToolResultBlock(f"t{n}", LONG, False)]),
-                    Turn("assistant", [TextBlock("done")])]
+    history = _tool_turns(12)
     shaped_history(history, 4)
     for cut in range(len(history), 0, -1):  # undo, one message at a time
         assert shaped_history(history[:cut], 4) == whole(history[:cut], 4), cut
