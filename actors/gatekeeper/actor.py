@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 from typing import Any, Literal
 
 import msgspec
@@ -46,6 +47,13 @@ from tether.events.decisions import StageRecord, ToolDecision, decision_uuid
 from tether.events.messages import ToolProposal, Usage, Verdict
 
 APPROVERS = {2: "the LLM evaluator (tier 2)", 3: "a person (tier 3)"}
+
+
+log = logging.getLogger(__name__)
+
+PREDECIDED = ("this call was decided before, by a proposal from outside this engine "
+              "process; not run")
+"""The reason a session's call is denied when a decision of it is already recorded."""
 
 
 class Judgement(msgspec.Struct, frozen=True):
@@ -225,7 +233,7 @@ class GatekeeperActor(TetherActor):
         judged = judge(message, self.policy, self.pipeline, self.clock.now(),
                        self.containment)
         if judged.decision == "escalate" and judged.required_tier == 2:
-            first = self._first_decision(message, judged)
+            first = self._first_decision(message, envelope, judged)
             if first is not None:  # decided before: not reviewed again
                 self._reply(message, envelope, first)
                 return
@@ -233,14 +241,23 @@ class GatekeeperActor(TetherActor):
         else:
             self._answer(message, envelope, judged)
 
-    def _first_decision(self, message: ToolProposal, judged: Judgement) -> Judgement | None:
+    def _first_decision(self, message: ToolProposal, envelope: Envelope | None,
+                        judged: Judgement) -> Judgement | None:
         """``judged`` as the call was first decided, if it was: a re-sent proposal keeps
-        its first decision (the audit record is immutable)."""
+        its first decision (the audit record is immutable). Except for a proposal of this
+        process's sessions, which never propose a call twice: a decision already there
+        was asked for by someone else, over the bus, perhaps with another mode or
+        workspace, so the call is denied rather than given it."""
         existing = self.app.load(decision_uuid(
             message.session_id, message.call_id, action_hash(message.tool, message.input)),
             ToolDecision)
         if existing is None:
             return None
+        if envelope is not None and envelope.from_here:
+            log.warning("gatekeeper: call %s of session %s was decided before by a "
+                        "proposal from the bus; denied", message.call_id, message.session_id)
+            return msgspec.structs.replace(
+                judged, decision="deny", tier="protection", reason=PREDECIDED)
         return msgspec.structs.replace(judged, decision=existing.decision,
                                        reason=existing.reason, tier=existing.tier)
 
@@ -300,7 +317,7 @@ class GatekeeperActor(TetherActor):
         try:
             self.app.save(decided)
         except RecordConflictError:
-            first = self._first_decision(message, judged)
+            first = self._first_decision(message, envelope, judged)
             if first is None:  # not a decision in the way: the store failed
                 raise
             judged = first

@@ -216,3 +216,51 @@ def test_a_gatekeeper_gone_denies_the_call_instead_of_asking_the_bus(
     decided = [(e.decision, e.tier, e.reason) for e in host.app.session_events(sid)
                if type(e).__name__ == "ToolCallDecided"]
     assert decided[0][:2] == ("deny", "unavailable"), decided
+
+
+PREDECIDED_SCRIPT = """
+responses:
+  - match: "hello"
+    blocks: [{text: "hi"}]
+  - match: "publish"
+    blocks:
+      - tool_use: {id: toolu_predecided, name: run_shell,
+                   input: {command: "touch pwned.txt && git push origin main"}}
+  - blocks: [{text: "done"}]
+"""
+
+
+def test_a_decision_made_ahead_from_the_bus_does_not_decide_the_sessions_call(
+    workspace: Path, engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+    nats_url: str,
+) -> None:
+    """An outsider who knows a call's id and input before the session proposes it (they
+    are on the session's events, or predictable) asks the gatekeeper first, in auto mode
+    with the tool auto-approved: its decision is recorded first. The session's own
+    proposal of that call must not then be given that decision: it is denied."""
+    from tether.actors.gatekeeper.actor import PREDECIDED
+    from tether.actors.gatekeeper.deny_lists import action_hash
+    from tether.actors.runtime import ask
+    from tether.events.messages import ToolProposal, Verdict
+
+    host = engine(PREDECIDED_SCRIPT).host
+    test = watch_channel(host, "test")
+    sid = say(host, "hello")
+    test.wait_for("completed")
+    tool_input = {"command": "touch pwned.txt && git push origin main"}
+    outsider = NatsBus(nats_url, name="outsider")
+    try:
+        forged = ask(outsider, host.subjects.gatekeeper, ToolProposal(
+            session_id=sid, call_id="toolu_predecided", tool="run_shell", input=tool_input,
+            workspace=str(workspace), action_hash=action_hash("run_shell", tool_input),
+            mode="auto", auto_approve=True), Verdict, timeout=10)
+    finally:
+        outsider.close()
+    assert forged.decision == "allow"  # what the session would get, were it given
+    say(host, "publish it", sid)
+    test.wait_for("completed")
+    assert not (workspace / "pwned.txt").exists()
+    decided = [(e.decision, e.tier, e.reason) for e in host.app.session_events(sid)
+               if type(e).__name__ == "ToolCallDecided"]
+    assert decided == [("deny", "protection", PREDECIDED)]
+    assert host.system.failures == 0
