@@ -108,6 +108,8 @@ class _Session:
         self.ended = 0
         """The last generation whose stream ended here."""
         self.held_since: dt.datetime | None = None
+        """Since when a notice waits for the end of a generation's stream (None: none
+        waits; :meth:`holds`)."""
         self.reminded = False
         self.last_waiting: dt.datetime | None = None
         self.told_through = 0
@@ -135,6 +137,21 @@ class _Session:
         background, then those that asked."""
         found = [] if not self.channel or self.channel in self.log.away else [self.channel]
         return found + [c for c in self.log.watchers if c not in found]
+
+    def holds(self, generation: int, now: dt.datetime) -> bool:
+        """Whether a notice of ``generation`` waits for the end of that generation's live
+        stream (the stream's text should show first): once this router has seen the
+        session's stream, until the ``end`` delta, at most ``settings.hold`` seconds. A
+        hold that runs out counts that stream as ended, so the session's later
+        generations are held afresh and nothing keeps waiting for it."""
+        if not generation or not self.streamed or generation <= self.ended:
+            return False
+        if self.held_since is None:
+            self.held_since = now
+        if (now - self.held_since).total_seconds() < self.settings.hold:
+            return True
+        self.ended, self.held_since = generation, None
+        return False
 
 
 class NotificationRouterActor(TetherActor):
@@ -352,16 +369,10 @@ class NotificationRouterActor(TetherActor):
         return [r for r in pending if int(r["position"]) > self.history_through]
 
     def _hold(self, session_id: str, generation: int) -> bool:
-        """Whether a session's notices wait for the end of its live stream: a reply
-        stored from a generation whose stream this router has not seen end yet (the
-        stream's text should show first). At most ``hold`` seconds."""
+        """Whether a session's notices wait for the end of its live stream
+        (:meth:`_Session.holds`)."""
         state = self._session(session_id)
-        if state is None or not generation or not state.streamed or generation <= state.ended:
-            return False
-        now = self.clock.now()
-        if state.held_since is None:
-            state.held_since = now
-        return (now - state.held_since).total_seconds() < self.settings.hold
+        return state is not None and state.holds(generation, self.clock.now())
 
     def _deliver(self, row: Mapping[str, Any]) -> None:
         session_id, notice, kind, text = (row["session_id"], str(row["id"]), row["kind"],
