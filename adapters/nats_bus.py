@@ -84,7 +84,9 @@ class NatsBus:
         self._queued: deque[tuple[str, bytes, dict[str, str] | None, str]] = deque()
         """Published, not yet handed to the client (see :meth:`publish`)."""
         self._sending = False
-        """A task on the loop is sending the queue (read and set on the loop only)."""
+        """A task on the loop sends the queue, or has been asked to (with the queue under
+        :attr:`_queue_lock`: whoever finds it false sets it and wakes the loop)."""
+        self._queue_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="tether-bus", daemon=True)
         self._thread.start()
         self.closed = False
@@ -186,26 +188,31 @@ class NatsBus:
         the interpreter), the rest go with it."""
         if self.closed:
             return
-        self._queued.append((subject, data, headers, reply))
-        if len(self._queued) == 1:  # else the task that sends the first sends this too
-            self.loop.call_soon_threadsafe(self._start_sending)
-
-    def _start_sending(self) -> None:
-        if not self._sending:
+        with self._queue_lock:
+            self._queued.append((subject, data, headers, reply))
+            if self._sending:  # the sender at work (or woken) sends this too
+                return
             self._sending = True
-            self.loop.create_task(self._send_queued())
+        self.loop.call_soon_threadsafe(lambda: self.loop.create_task(self._send_queued()))
 
     async def _send_queued(self) -> None:
-        """Send what waits, in order, until nothing does (on the loop; one at a time)."""
-        try:
-            while self._queued:
+        """Send what waits, in order, until nothing does (on the loop; one at a time). It
+        stops only once it found the queue empty under the lock, so a publish that comes
+        after that wakes a new one."""
+        while True:
+            with self._queue_lock:
+                if not self._queued:
+                    self._sending = False
+                    return
                 subject, data, headers, reply = self._queued.popleft()
-                try:
-                    await self.nc.publish(subject, data, reply=reply, headers=headers)
-                except Exception as exc:
-                    log.warning("publish failed: %s", exc)
-        finally:
-            self._sending = False
+            try:
+                await self.nc.publish(subject, data, reply=reply, headers=headers)
+            except Exception as exc:
+                log.warning("publish failed: %s", exc)
+            except BaseException:  # cancelled (the loop stops): the next publish wakes anew
+                with self._queue_lock:
+                    self._sending = False
+                raise
 
     def subscribe(
         self, subject: str, callback: Callable[[Inbound], None], queue: str = ""
@@ -298,10 +305,8 @@ class NatsBus:
 
     async def _drain(self) -> None:
         # Let queued publishes go first.
-        while self._sending:
+        while self._sending:  # the sender empties the queue, then stops
             await asyncio.sleep(0.001)
-        self._sending = True
-        await self._send_queued()
         with contextlib.suppress(Exception):
             await self.nc.flush(timeout=2)
         await self.nc.close()
