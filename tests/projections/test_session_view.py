@@ -96,10 +96,10 @@ def test_view_shows_each_session(app: TetherApplication, open_view: Callable[[],
         session_id="s2", name="write-docs", status="starting", turns=1, input_tokens=0,
         output_tokens=0, cost_usd=0.0, last_activity=stamp(app, "s2"),
     )
-    # most recently active first
+    # most recently active first, then by id (the two saves may fall in one second or two)
     listed = view.summaries()
-    assert listed == sorted(listed, key=lambda r: r.session_id)
-    assert listed == sorted(listed, key=lambda r: r.last_activity, reverse=True)
+    assert listed == sorted(sorted(listed, key=lambda r: r.session_id),
+                            key=lambda r: r.last_activity, reverse=True)
 
 
 def test_same_notifications_twice_change_nothing(
