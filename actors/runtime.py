@@ -190,6 +190,21 @@ class TetherActor(pykka.ThreadingActor):
         else:
             self.bus.publish(envelope.reply, encode(message))
 
+    def refused_from_the_bus(self, message: Any, envelope: Envelope | None) -> bool:
+        """True, having refused it, when ``message`` came over the bus: for what only this
+        process's own actors send (on a bus without credentials anyone may publish
+        anywhere). Logged; a request inbox (``_INBOX.…``) is answered ``not_allowed``."""
+        if envelope is None or envelope.from_here:
+            return False
+        kind = type(message).__name__
+        log.warning("%s: a %s that came over the bus was refused: only the engine's own "
+                    "actors send it here", self.name, kind)
+        if envelope.reply.startswith("_INBOX."):
+            self.reply(envelope, ErrorReply(
+                error="not_allowed",
+                reason=f"a {kind} is taken here only from the engine's own actors"))
+        return True
+
     def send(self, subject: str, message: Any, reply: str = "") -> None:
         """Tell by address (:meth:`ActorSystem.send`); ``reply`` forwards a request's reply
         subject."""

@@ -205,7 +205,10 @@ class NotificationRouterActor(TetherActor):
         if isinstance(message, StreamDelta):
             self._on_delta(message)
         elif isinstance(message, NoticesPlanned):
-            self._on_planned(message, envelope is not None and envelope.from_here)
+            # Told by this process's sessions: one from the bus could carry any text for
+            # an event the outbox has not read yet. The outbox sends what the store plans.
+            if not self.refused_from_the_bus(message, envelope):
+                self._on_planned(message)
         elif isinstance(message, OutboxAdvanced):
             self._deliver_pending()
         elif isinstance(message, WatchSession):
@@ -277,32 +280,23 @@ class NotificationRouterActor(TetherActor):
 
     # --- planned notices ----------------------------------------------------------------
 
-    def _on_planned(self, message: NoticesPlanned, from_here: bool) -> None:
-        """Send the notices a session tells of as it saves their events, without waiting
-        for the outbox, which plans the same ones from the store (each is sent once, by
-        id). ``from_here``: told by a session of this process, which saved their events
-        before it told."""
+    def _on_planned(self, message: NoticesPlanned) -> None:
+        """Send the notices a session of this process tells of as it saves their events,
+        without waiting for the outbox, which plans the same ones from the store (each is
+        sent once, by id)."""
         state = self._session(message.session_id)
         if state is None:
             return
-        # Only what the store holds and the outbox has not read yet: a notice of an event
-        # not stored (an id claimed ahead, which would take the real notice's place) is
-        # no session's (anyone on a bus without credentials can publish here; told in
-        # process, the events are stored); one the outbox has read goes from its row.
+        # Only what the outbox has not read yet: one it has read goes from its row.
         gap = message.after != state.told_through
         if gap:  # told notices were lost on the way (or a side restarted): what the store
             self.catch_up()  # holds before these goes first, from the outbox's rows
         read = self.outbox.position()
-        head = (max((n.position for n in message.notices), default=0) if from_here
-                else self.app.max_notification_id())
         told = [n for n in message.notices if n.session_id == message.session_id
-                and n.id == f"{n.position}.{n.n}" and read < n.position <= head]
-        if any(n.position > head for n in message.notices):
-            log.warning("router: notices told for %s of events not stored: not taken",
-                        message.session_id)
+                and n.id == f"{n.position}.{n.n}" and read < n.position]
         if gap or len(told) < len(message.notices):
             self._deliver_pending()  # the outbox's rows first (in order, by id once)
-        state.told_through = max((n.position for n in message.notices if n.position <= head),
+        state.told_through = max((n.position for n in message.notices),
                                  default=state.told_through)
         state.told.extend(told)
         self._deliver_told(state)

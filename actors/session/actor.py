@@ -73,7 +73,7 @@ from tether.actors.session.state import Env, State
 from tether.actors.undo import UndoError, undo_files
 from tether.events.application import TetherApplication
 from tether.events.codec import without_lone_surrogates
-from tether.events.messages import ErrorReply, NoticesPlanned, Undone
+from tether.events.messages import ErrorReply, NoticesPlanned, TreeQuery, Undone
 from tether.events.session import Session
 from tether.events.stamping import stamped
 from tether.projections.outbox import planned_notices
@@ -177,6 +177,11 @@ class SessionActor(TetherActor):
     # --- the loop -----------------------------------------------------------------------
 
     def handle(self, message: Any, envelope: Envelope | None) -> None:
+        # Everything that changes a session comes from the engine's own actors (the
+        # manager, the monitor, the coordinator), in process: from the bus only a
+        # question about its tree is answered.
+        if not isinstance(message, TreeQuery) and self.refused_from_the_bus(message, envelope):
+            return
         if isinstance(message, ToolFinished) and self.running is not None and (
                 self.running[:2] == (message.generation, message.call_id)):
             self.running = None  # that run is over (a late one of a stopped run is not)

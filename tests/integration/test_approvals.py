@@ -27,9 +27,11 @@ from tether.events.messages import (
     Accepted,
     ForkSession,
     InteractionAnswer,
+    InteractionOpened,
     Killed,
     KillSession,
     ListSessions,
+    QuestionRequest,
     SessionList,
     ToolResultBlock,
 )
@@ -202,7 +204,8 @@ def test_only_the_owner_or_a_named_approver_decides(
 ) -> None:
     """bo may not approve ana's call, deny it by text, switch her session to auto mode,
     move its folder or clear its context: each message is refused and recorded, and the
-    call still waits. Nor does an answer published straight to the coordinator count. An
+    call still waits. Nor does an answer published straight to the coordinator count (it
+    takes nothing from the bus). An
     approver the settings name for the session's home channel may decide."""
     llm = fake_llm(SCRIPT + SCRIPT.split("responses:\n", 1)[1] * 3)
     settings = make_settings(anthropic_base_url=llm.base_url,
@@ -218,10 +221,16 @@ def test_only_the_owner_or_a_named_approver_decides(
             with pytest.raises(RemoteError, match="not_allowed"):
                 say_as(host, text, sid, channel="bo-chat", user="bo")
             assert "bo may not send messages to session" in bo_sees.wait_for("error").text
+        # Published straight to the coordinator, it is refused before anyone reads it:
+        # the coordinator takes nothing from the bus (a request is answered not_allowed,
+        # and is handled after the answer published before it).
         host.bus.publish(host.subjects.interactions, encode(InteractionAnswer(
             session_id=sid, interaction_id=interaction, approved=True, user="bo",
             channel="bo-chat")))
-        assert "bo may not approve or deny the calls of" in bo_sees.wait_for("error").text
+        with pytest.raises(RemoteError, match="not_allowed"):
+            ask(host.bus, host.subjects.interactions, QuestionRequest(
+                session_id=sid, call_id="probe", question="?", channel="bo-chat"),
+                InteractionOpened)
         session = host.app.session(sid)
         assert session is not None and session.mode == "default"
         assert session.workspace == settings.workspace and session.history
@@ -234,10 +243,10 @@ def test_only_the_owner_or_a_named_approver_decides(
         assert "approved by carol" in decided[-1].reason
         assert _calls(host, sid, "ToolCallStarted")
 
-        wait_until(lambda: len(host.audit.refusals("bo")) == 6, "the audit index")
+        wait_until(lambda: len(host.audit.refusals("bo")) == 5, "the audit index")
         refused = host.audit.refusals("bo")
-        assert [(r.kind, r.channel) for r in refused] == [("not_approver", "bo-chat")] * 6
-        assert [r.excerpt for r in refused] == [*tries, f"/approve {interaction}"]
+        assert [(r.kind, r.channel) for r in refused] == [("not_approver", "bo-chat")] * 5
+        assert [r.excerpt for r in refused] == tries
         assert not host.audit.refusals("carol") and not host.audit.refusals("ana")
     finally:
         host.stop()

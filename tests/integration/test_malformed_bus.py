@@ -39,7 +39,7 @@ import pytest
 from tests.helpers import say
 from tether.actors.gatekeeper.deny_lists import action_hash
 from tether.actors.ports import BusError
-from tether.actors.runtime import ask
+from tether.actors.runtime import RemoteError, ask
 from tether.adapters.fake_llm import FakeLLM
 from tether.adapters.host import Host
 from tether.adapters.nats_auth import engine_auth, read_credentials
@@ -47,7 +47,6 @@ from tether.events.codec import DecodeFailure, Decoder, encode
 from tether.events.messages import (
     BarrierCheck,
     BarrierResult,
-    CancelInteractions,
     ChatText,
     DeadLetter,
     ErrorReply,
@@ -395,12 +394,11 @@ def _still_answers(host: Host, sid: str, workspace: Path) -> None:
     watching = ask(host.bus, s.router, WatchSession(session_id=sid, channel="test"),
                    Watching, timeout=10)
     assert watching.session_id == sid
-    opened = ask(host.bus, s.interactions, QuestionRequest(
-        session_id="probe", call_id="probe-call", question="still there?", channel="probe"),
-        InteractionOpened, timeout=10)
-    assert opened.call_id == "probe-call"
-    host.bus.publish(s.interactions, encode(CancelInteractions(session_id="probe",
-                                                               reason="probe done")))
+    # The coordinator takes nothing from the bus, but still answers that it will not.
+    with pytest.raises(RemoteError, match="not_allowed"):
+        ask(host.bus, s.interactions, QuestionRequest(
+            session_id="probe", call_id="probe-call", question="still there?",
+            channel="probe"), InteractionOpened, timeout=10)
     tree = ask(host.bus, s.session(sid), TreeQuery(session_id=sid), TreeView, timeout=10)
     assert tree.session_id == sid
     barrier = ask(host.bus, s.ttsr(sid), BarrierCheck(session_id=sid, generation=0, seq=0),

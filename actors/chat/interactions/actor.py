@@ -46,6 +46,11 @@ class InteractionCoordinatorActor(TetherActor):
                            approvers=approvers or {})
 
     def handle(self, message: Any, envelope: Envelope | None) -> None:
+        # Requests come from this process's sessions and answers through them (the
+        # manager authenticated who typed them): from the bus, where anyone may publish on
+        # a bus without credentials, nothing is taken.
+        if self.refused_from_the_bus(message, envelope):
+            return
         if isinstance(message, ApprovalRequest | QuestionRequest | PlanReviewRequest):
             message = NewRequest(message, self.ids.new()[:8])
         outcome = decide(self.state, message, self.clock.now())
