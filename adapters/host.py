@@ -305,6 +305,13 @@ class Host:
         settings = self.settings
         if settings.nats_url:
             auth = settings_auth(settings)
+            if auth.describe() == "no credentials" and self.start_actors:
+                log.warning(
+                    "NATS at %s is used without credentials: whoever can reach it can act "
+                    "as any user (send messages in their name, approve their calls at the "
+                    "inbox, kill sessions). Give the server the engine and connector roles "
+                    "(docs/operations.md, 'An external server with the same roles').",
+                    settings.nats_url)
         else:
             principal = local_principal()
             credentials = load_credentials(settings.state_dir, [principal] if principal else [])

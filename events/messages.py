@@ -15,6 +15,14 @@ import msgspec
 Token = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]+\Z", max_length=64)]
 """A name that becomes one NATS subject token (session ids, channel names)."""
 
+FilePath = Annotated[str, msgspec.Meta(pattern=r"^[^\x00]*\Z", max_length=4096)]
+"""A path a message names for the engine to resolve: no NUL (the file system refuses one,
+and Python raises), at most PATH_MAX."""
+
+Version = Annotated[int, msgspec.Meta(ge=0, le=2**62)]
+"""An aggregate's version named in a request: one past what a store's 64-bit integer
+holds would fail the store's read, in the actor that serves the request."""
+
 OptionalToken = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]*\Z", max_length=64)]
 """A Token, or empty."""
 
@@ -224,7 +232,7 @@ class ForkSession(Message):
     with Accepted naming the new session."""
 
     session_id: Token
-    at_version: Annotated[int, msgspec.Meta(ge=0)] = 0
+    at_version: Version = 0
     at_node: str = ""
     """A node of the source's conversation tree (its id, a unique prefix, or a bookmark):
     the fork's history is the path to it. Not together with ``at_version``."""
@@ -504,7 +512,7 @@ class UndoFiles(Message):
     recorded after that event. Only between turns; answered with Undone or ErrorReply."""
 
     session_id: Token
-    to_version: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    to_version: Version | None = None
     user: str = "user"
 
 
@@ -567,12 +575,12 @@ class ToolProposal(Message):
     call_id: str
     tool: str
     input: dict[str, Any]
-    workspace: str
+    workspace: FilePath
     action_hash: str
     mode: Mode = "default"
     auto_approve: bool = False
     """The session's mode approves this tool's escalations (``auto`` mode)."""
-    plan_file: str = ""
+    plan_file: FilePath = ""
     """In plan mode: the one file the session may write (absolute)."""
 
 

@@ -230,8 +230,14 @@ class GatekeeperActor(TetherActor):
             return
         if not isinstance(message, ToolProposal):
             return
-        judged = judge(message, self.policy, self.pipeline, self.clock.now(),
-                       self.containment)
+        try:
+            judged = judge(message, self.policy, self.pipeline, self.clock.now(),
+                           self.containment)
+        except Exception as exc:  # never let one proposal stop the judge of every session
+            log.exception("gatekeeper: could not judge call %s of session %s",
+                          message.call_id, message.session_id)
+            judged = Judgement(decision="deny", tier="protection", stages=[], reason=(
+                f"the gatekeeper could not judge this call ({type(exc).__name__}); not run"))
         if judged.decision == "escalate" and judged.required_tier == 2:
             first = self._first_decision(message, envelope, judged)
             if first is not None:  # decided before: not reviewed again

@@ -282,3 +282,16 @@ def test_odd_input_never_raises(env: Env) -> None:
     for command in ("echo x >> []]", "cat [!]", "$(" * 300 + ")" * 300, "a=(", "case x in",
                     "f() (", "echo $'\\x", "cat <<", "((", "[[ a <"):
         assert env.shell(command).verdict in ("allow", "deny", "escalate"), command
+
+
+def test_folders_that_cd_after_cd_may_leave_are_capped_not_doubled(env: Env) -> None:
+    """Each ``cd`` that may fail keeps the folder before it too: forty of them made 2**40
+    possible folders, and held the gatekeeper (and every session's calls) for hours.
+    Past 32 the folder is unknown, and a relative write in it is judged as one in an
+    unknown folder (as in a loop that changes folder)."""
+    many = "; ".join(f"cd d{i}" for i in range(40)) + "; touch x"
+    assert _writes(env, many) == {"x"}
+    few = "; ".join(f"cd d{i}" for i in range(3)) + "; touch x"
+    assert len(_writes(env, few)) == 8  # each cd may or may not have happened
+    loop = "for i in 1 2; do cd sub && touch x; done"
+    assert env.shell(many).verdict == env.shell(loop).verdict != "allow"

@@ -57,9 +57,17 @@ class State:
                       self.functions, fed or self.fed_all, self.cdpath)
 
 
+MAX_FOLDERS = 32
+"""Possible folders kept at most; past that the folder is unknown. Each ``cd`` that may
+fail keeps the folder before it as well, so ``cd a; cd b; ...`` doubles them: forty such
+``cd`` held the gatekeeper for hours (and with it every session's calls)."""
+
+
 def dedupe(cwds: list[str | None]) -> list[str | None]:
-    """The folders in order, each once."""
-    return list(dict.fromkeys(cwds))
+    """The folders in order, each once; unknown (``[None]``) when there are more than
+    :data:`MAX_FOLDERS`."""
+    unique = list(dict.fromkeys(cwds))
+    return unique if len(unique) <= MAX_FOLDERS else [None]
 
 
 def expand(word: str, state: State) -> str:
