@@ -21,25 +21,15 @@ import pytest
 
 from tests.conftest import Engine
 from tests.helpers import say, wait_until
+from tests.integration.test_redteam_gatekeeper_round2 import (
+    APPROVAL_SCRIPT,
+    decisions_of,
+    waiting_for_approval,
+)
 from tether.actors.runtime import ask
 from tether.adapters.nats_bus import NatsBus
 from tether.events.codec import encode
 from tether.events.messages import ListSessions, SessionList
-
-PUSH = "touch pwned.txt && git push origin main"
-
-APPROVAL_SCRIPT = f"""
-responses:
-  - match: "publish"
-    blocks:
-      - tool_use: {{id: toolu_push1, name: run_shell, input: {{command: "{PUSH}"}}}}
-  - blocks: [{{text: "done"}}]
-"""
-
-
-def _decided(host: Any, sid: str) -> list[tuple[str, str]]:
-    return [(e.decision, e.tier) for e in host.app.session_events(sid)
-            if type(e).__name__ == "ToolCallDecided"]
 
 
 def _kinds(host: Any, sid: str) -> list[str]:
@@ -73,61 +63,32 @@ def _drain(watcher: Any) -> list[Any]:
 
 # --- (1) approval without the owner, through the front doors -----------------------------
 
-BARE_INBOX = ("the bare <ns>.inbox takes `user` as given (engine-role publishers only, "
-              "enforced by NATS permissions alone): on a bus without credentials anyone "
-              "sends '/approve' as the owner; the manager forwards it in process "
-              "(from_here=True), so fc2cff5's refusal never sees it")
+FRONT_DOOR = ("the bare <ns>.inbox takes `user` as given, and <ns>.inbox.<principal> names "
+              "its sender: both only as true as NATS permissions make them. On a bus "
+              "without credentials anyone sends '/approve' as the owner; the manager "
+              "forwards it in process (from_here=True), so the bus refusals never see it")
 
 
-@pytest.mark.xfail(strict=True, reason=BARE_INBOX)
-def test_an_outsider_approves_as_the_owner_on_the_bare_inbox(
-    workspace: Path, engine: Callable[..., Engine], watch_channel: Callable[..., Any],
-    nats_url: str,
+@pytest.mark.xfail(strict=True, reason=FRONT_DOOR)
+@pytest.mark.parametrize("door", ["the bare inbox", "the owner's inbox"])
+def test_an_outsider_approves_as_the_owner_at_a_front_door(
+    door: str, workspace: Path, engine: Callable[..., Engine],
+    watch_channel: Callable[..., Any], nats_url: str,
 ) -> None:
-    from tether.actors.runtime import ask
     from tether.events.messages import Accepted, UserMessage
 
-    host = engine(APPROVAL_SCRIPT).host
-    test = watch_channel(host, "test")
-    sid = say(host, "publish it")
-    assert "git push" in test.wait_for("approval").text
+    host, test, sid = waiting_for_approval(engine, watch_channel)
+    subject, user = ((host.subjects.inbox, "user") if door == "the bare inbox"
+                     else (host.subjects.inbox_for("user"), "mallory"))
     outsider = _outsider(nats_url)
     try:
-        ask(outsider, host.subjects.inbox, UserMessage(
-            text="/approve", channel="evil", session_id=sid, user="user"), Accepted, 10)
+        ask(outsider, subject, UserMessage(
+            text="/approve", channel="evil", session_id=sid, user=user), Accepted, 10)
     finally:
         outsider.close()
     test.wait_for("completed")
     assert not (workspace / "pwned.txt").exists()
-    assert ("allow", "human") not in _decided(host, sid)
-
-
-PRINCIPAL_INBOX = ("<ns>.inbox.<principal> names the sender only when NATS enforces who may "
-                   "publish there: on a bus without credentials anyone publishes on "
-                   "<ns>.inbox.<owner> and is taken for the owner")
-
-
-@pytest.mark.xfail(strict=True, reason=PRINCIPAL_INBOX)
-def test_an_outsider_approves_on_the_owners_principal_inbox(
-    workspace: Path, engine: Callable[..., Engine], watch_channel: Callable[..., Any],
-    nats_url: str,
-) -> None:
-    from tether.actors.runtime import ask
-    from tether.events.messages import Accepted, UserMessage
-
-    host = engine(APPROVAL_SCRIPT).host
-    test = watch_channel(host, "test")
-    sid = say(host, "publish it")
-    assert "git push" in test.wait_for("approval").text
-    outsider = _outsider(nats_url)
-    try:
-        ask(outsider, host.subjects.inbox_for("user"), UserMessage(
-            text="/approve", channel="evil", session_id=sid, user="mallory"), Accepted, 10)
-    finally:
-        outsider.close()
-    test.wait_for("completed")
-    assert not (workspace / "pwned.txt").exists()
-    assert ("allow", "human") not in _decided(host, sid)
+    assert ("allow", "human") not in decisions_of(host, sid)
 
 
 def test_a_connector_cannot_approve_another_sessions_call_through_its_own_session(
@@ -158,11 +119,11 @@ def test_a_connector_cannot_approve_another_sessions_call_through_its_own_sessio
                     Accepted, 10)
     finally:
         outsider.close()
-    assert _decided(host, sid) == [("escalate", "escalation")]
+    assert decisions_of(host, sid) == [("escalate", "escalation")]
     say(host, "no", sid)
-    wait_until(lambda: len(_decided(host, sid)) == 2, "the owner's no")
+    wait_until(lambda: len(decisions_of(host, sid)) == 2, "the owner's no")
     assert not (workspace / "pwned.txt").exists()
-    assert _decided(host, sid) == [("escalate", "escalation"), ("deny", "human")]
+    assert decisions_of(host, sid) == [("escalate", "escalation"), ("deny", "human")]
     refused = [e for e in host.app.session_events(sid)
                if type(e).__name__ == "ToolCallStarted"]
     assert refused == []
@@ -295,7 +256,7 @@ def test_six_bus_proposals_with_a_nul_plan_file_do_not_stop_the_gatekeeper(
     sid = say(host, "write-task")
     test.wait_for("completed")
     assert host.system.stopped_for_good == []
-    assert [d for d, _ in _decided(host, sid)] == ["allow"]
+    assert [d for d, _ in decisions_of(host, sid)] == ["allow"]
     assert (workspace / "legit.txt").read_text() == "ok"
 
 
@@ -331,7 +292,7 @@ def test_one_bus_proposal_does_not_hold_the_gatekeeper_from_other_sessions(
         outsider.close()
     sid = say(host, "write-task")
     test.wait_for("completed", timeout=30)
-    assert [d for d, _ in _decided(host, sid)] == ["allow"], _decided(host, sid)
+    assert [d for d, _ in decisions_of(host, sid)] == ["allow"], decisions_of(host, sid)
     assert (workspace / "legit.txt").read_text() == "ok"
 
 
@@ -358,7 +319,7 @@ responses:
     sid_b = say(host, "write-task", channel="b", user="user")
     b.wait_for("completed", timeout=30)
     a.wait_for("completed", timeout=30)
-    assert [d for d, _ in _decided(host, sid_b)] == ["allow"], _decided(host, sid_b)
+    assert [d for d, _ in decisions_of(host, sid_b)] == ["allow"], decisions_of(host, sid_b)
     assert (workspace / "legit.txt").read_text() == "ok"
 
 
