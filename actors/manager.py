@@ -33,6 +33,7 @@ from tether.actors.naming import name_from_prompt
 from tether.actors.paths import inside
 from tether.actors.ports import Clock, Ids, SystemClock
 from tether.actors.runtime import (
+    REQUEST_INBOX,
     ActorHandle,
     ActorSystem,
     AskResult,
@@ -151,7 +152,7 @@ class SessionManagerActor(TetherActor):
 
     def handle(self, message: Any, envelope: Envelope | None) -> None:
         if envelope is not None and envelope.reply and not envelope.reply.startswith(
-                "_INBOX."):
+                REQUEST_INBOX):
             # Connectors may publish here: the engine answers only request inboxes, never
             # a subject the sender names (a session's, say).
             envelope = msgspec.structs.replace(envelope, reply="")

@@ -47,6 +47,11 @@ class AskTimeout(Exception):
     """An ask over NATS got no reply in time."""
 
 
+REQUEST_INBOX = "_INBOX."
+"""How a NATS request's own reply subject starts: the only reply subject the engine answers
+on behalf of a message that came over the bus (never one the sender names)."""
+
+
 class RemoteError(Exception):
     """An ask was answered with an ErrorReply."""
 
@@ -199,7 +204,7 @@ class TetherActor(pykka.ThreadingActor):
         kind = type(message).__name__
         log.warning("%s: a %s that came over the bus was refused: only the engine's own "
                     "actors send it here", self.name, kind)
-        if envelope.reply.startswith("_INBOX."):
+        if envelope.reply.startswith(REQUEST_INBOX):
             self.reply(envelope, ErrorReply(
                 error="not_allowed",
                 reason=f"a {kind} is taken here only from the engine's own actors"))

@@ -305,7 +305,7 @@ class Host:
         settings = self.settings
         if settings.nats_url:
             auth = settings_auth(settings)
-            if auth.describe() == "no credentials" and self.start_actors:
+            if auth.anonymous and self.start_actors:
                 log.warning(
                     "NATS at %s is used without credentials: whoever can reach it can act "
                     "as any user (send messages in their name, approve their calls at the "

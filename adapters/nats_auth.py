@@ -257,6 +257,12 @@ class ClientAuth:
     tls: ssl.SSLContext | None = None
     inbox_prefix: str = ""
 
+    @property
+    def anonymous(self) -> bool:
+        """Signs in with no user, credentials file or NKey (a TLS client certificate
+        the server may still check is not counted)."""
+        return not (self.user or self.credentials or self.nkey_seed)
+
     def connect_options(self) -> dict[str, Any]:
         """Keyword arguments for :func:`nats.connect`."""
         options: dict[str, Any] = {}

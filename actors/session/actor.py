@@ -224,8 +224,7 @@ class SessionActor(TetherActor):
                 self.reply(envelope, effect.message)
             case Ask():
                 self.ask_async(effect.subject, effect.message, effect.reply_type,
-                               tag=effect.tag, timeout=effect.timeout,
-                               here_only=effect.here_only)
+                               tag=effect.tag, timeout=effect.timeout, here_only=True)
             case CallModel():
                 request, generation = effect.request, effect.generation
                 ref, provider = self.actor_ref, self.provider

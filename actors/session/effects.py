@@ -21,7 +21,9 @@ from tether.events.messages import ToolUseBlock
 
 
 class Ask(msgspec.Struct, frozen=True):
-    """Request ``message`` on ``subject``; the answer (or the timeout) comes back as an
+    """Request ``message`` on ``subject`` of this process's actor that takes it (the
+    monitor, the gatekeeper, the coordinator: never the bus, where anyone may answer; none
+    there fails the ask at once); the answer (or the timeout) comes back as an
     ``AskResult`` tagged ``tag``."""
 
     subject: str
@@ -29,8 +31,6 @@ class Ask(msgspec.Struct, frozen=True):
     reply_type: type
     tag: str
     timeout: float
-    here_only: bool = False
-    """Only an actor of this process may answer (see TetherActor.ask_async)."""
 
 
 class CallModel(msgspec.Struct, frozen=True):

@@ -47,9 +47,9 @@ class Step:
         self.effects.append(Reply(message))
 
     def ask(self, subject: str, message: Any, reply_type: type, tag: str,
-            timeout: float = 0.0, here_only: bool = False) -> None:
+            timeout: float = 0.0) -> None:
         self.effects.append(Ask(subject, message, reply_type, tag,
-                                timeout or self.config.ask_timeout, here_only))
+                                timeout or self.config.ask_timeout))
 
     def emit(self, event: type[GenerationEvent], /, **fields: Any) -> None:
         """Publish one generation event of the running turn."""

@@ -74,8 +74,7 @@ def next_tool(step: Step) -> None:
         mode=session.mode,  # type: ignore[arg-type]
         auto_approve=call.name in session.auto_approve,
         plan_file=step.plan_file() if session.mode == "plan" else ""),
-        Verdict, tag=f"verdict:{call.id}", timeout=step.config.verdict_timeout,
-        here_only=True)
+        Verdict, tag=f"verdict:{call.id}", timeout=step.config.verdict_timeout)
 
 
 def on_verdict(step: Step, call_id: str, result: AskResult) -> None:

@@ -175,10 +175,7 @@ def on_model_delta(step: Step, message: ModelDelta) -> None:
         step.ask(step.subjects.ttsr(step.session_id),
                  BarrierCheck(session_id=step.session_id, generation=turn.generation,
                               seq=turn.seq),
-                 BarrierResult, tag=f"barrier:{turn.generation}",
-                 # The session's own monitor answers, never the bus (anyone may answer
-                 # there): a monitor stopped for good fails the turn closed.
-                 here_only=True)
+                 BarrierResult, tag=f"barrier:{turn.generation}")
 
 
 def _publish_redacted(step: Step, kind: str, index: int, text: str) -> None:

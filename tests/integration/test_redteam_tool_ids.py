@@ -5,7 +5,6 @@ call runs and the audit's row of the first (keyed by the id) is overwritten."""
 from __future__ import annotations
 
 import getpass
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,11 +17,7 @@ from tether.events.messages import Branched, EditNode, Generate, TreeQuery, Tree
 
 ME = getpass.getuser()
 
-
-def test_a_tool_id_reused_in_a_later_turn_does_not_run(
-    workspace: Path, engine: Callable[..., Engine], watch_channel: Callable[..., Any],
-) -> None:
-    script = """
+SAME_ID_SCRIPT = """
 responses:
   - match: "write a"
     blocks:
@@ -34,7 +29,13 @@ responses:
       - tool_use: {id: toolu_same, name: write_file, input: {path: b.txt, content: "two"}}
   - blocks: [{text: "B written."}]
 """
-    host = engine(script).host
+"""A call's id given again to a later call, which would write another file."""
+
+
+def test_a_tool_id_reused_in_a_later_turn_does_not_run(
+    workspace: Path, engine: Callable[..., Engine], watch_channel: Callable[..., Any],
+) -> None:
+    host = engine(SAME_ID_SCRIPT).host
     test = watch_channel(host, "test")
     sid = say(host, "write a")
     test.wait_for("completed")
@@ -42,7 +43,7 @@ responses:
                "the audit row of the call, executed")
     first = host.audit.query(session=sid)
     say(host, "write b", sid)
-    time.sleep(3)
+    assert "toolu_same" in test.wait_for("failed").text
     assert not (workspace / "b.txt").exists()
     assert host.audit.query(session=sid) == first
     say(host, "anything", sid)  # the session still works
@@ -52,19 +53,7 @@ responses:
 def test_a_tool_id_reused_on_a_new_branch_leaves_the_first_call_s_audit_row(
     workspace: Path, engine: Callable[..., Engine], watch_channel: Callable[..., Any],
 ) -> None:
-    script = """
-responses:
-  - match: "write a"
-    blocks:
-      - tool_use: {id: toolu_same, name: write_file, input: {path: a.txt, content: "one"}}
-  - match: "wrote"
-    blocks: [{text: "A written."}]
-  - match: "write b"
-    blocks:
-      - tool_use: {id: toolu_same, name: write_file, input: {path: b.txt, content: "two"}}
-  - blocks: [{text: "B written."}]
-"""
-    host = engine(script).host
+    host = engine(SAME_ID_SCRIPT).host
     test = watch_channel(host, "test")
     sid = say(host, "write a", user=ME)
     test.wait_for("completed")
@@ -79,7 +68,7 @@ responses:
                                                  text="write b", user=ME), Branched,
         timeout=10)
     host.bus.publish(host.subjects.manager, encode(Generate(session_id=sid, user=ME)))
-    time.sleep(4)
+    assert "toolu_same" in test.wait_for("failed").text
     rows = host.audit.query(session=sid)
     assert [(r.call_id, r.input_summary, r.outcome) for r in rows if r.call_id ==
             "toolu_same"][:1] == [(r.call_id, r.input_summary, r.outcome) for r in first]
