@@ -68,7 +68,7 @@ from tether.events.messages import (
 )
 from tether.events.subjects import Subjects
 from tether.projections.audit_index import AuditIndex
-from tether.projections.follower import SETTLE, Follower
+from tether.projections.follower import SETTLE, Follower, Settler
 from tether.projections.injection_records import InjectionRecords
 from tether.projections.metrics import MetricsView
 from tether.projections.outbox import Outbox
@@ -277,6 +277,8 @@ class Host:
         self._stack.append(self._close_provider)
         self.app = open_application(settings)
         self._stack.append(self.app.close)
+        self.settler = Settler(self.app, SETTLE).start()
+        self._stack.append(self.settler.stop)
         self.view, self.view_follower = self._follow(SessionView, "views")
         self.injections, self.injections_follower = self._follow(InjectionRecords, "injections")
         self.audit, self.audit_follower = self._follow(AuditIndex, "audit")
@@ -288,7 +290,8 @@ class Host:
         # The router starts from the outbox: it must have taken in every delivery already
         # recorded, or it would send those notices again.
         self.outbox_follower.catch_up()
-        self.relay = EventRelay(self.app, self.bus, self.subjects).start()
+        self.relay = EventRelay(self.app, self.bus, self.subjects,
+                                settler=self.settler).start()
         self._stack.append(self.relay.stop)
         self.system = ActorSystem(self.bus, self.subjects, failure_log=self._record_failure)
         self._stack.append(self.system.stop_all)
@@ -345,12 +348,12 @@ class Host:
             if then is not None:
                 then()
 
-        # Each view waits a moment after a save so a turn's saves are read as one batch:
-        # the notices of a session's events reach the router from the session itself, so
-        # the outbox is what makes sure, not the way they go.
+        # Each view reads a moment after a save (the settler wakes it) so a turn's saves are
+        # read as one batch: the notices of a session's events reach the router from the
+        # session itself, so the outbox is what makes sure, not the way they go.
         follower = Follower(
             self.app, name=kind.NAME, position=view.position, consume=consume,
-            settle=SETTLE).start()
+            settler=self.settler).start()
         self._stack.append(follower.stop)
         return view, follower
 

@@ -64,7 +64,7 @@ from tether.adapters.nats_bus import NatsBus
 from tether.events.application import TetherApplication, aggregate_name, event_data
 from tether.events.messages import RelayedEvent
 from tether.events.subjects import Subjects
-from tether.projections.follower import SETTLE, Follower
+from tether.projections.follower import SETTLE, Follower, Settler
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,8 @@ class RelayCounters(msgspec.Struct, frozen=True):
 
 
 class EventRelay(Collector):
-    """Follows the event log and publishes each event to JetStream."""
+    """Follows the event log and publishes each event to JetStream (woken by ``settler``
+    when given, else a moment after each save)."""
 
     def __init__(
         self,
@@ -125,6 +126,7 @@ class EventRelay(Collector):
         *,
         poll_interval: float = 0.5,
         ack_timeout: float = ACK_TIMEOUT,
+        settler: Settler | None = None,
     ) -> None:
         self.app = app
         self.bus = bus
@@ -149,6 +151,7 @@ class EventRelay(Collector):
             consume=self._publish_batch,
             poll_interval=poll_interval,
             settle=SETTLE,
+            settler=settler,
         )
 
     def start(self) -> EventRelay:

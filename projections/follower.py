@@ -5,15 +5,19 @@ The SQLite recorder cannot push (no LISTEN/NOTIFY), so a follower is a small loo
 listener) and polling every ``poll_interval`` seconds for writes by other processes. A
 follower off the chats' path may ``settle``: once woken, it waits that long before reading,
 so a burst of saves (a turn makes several) is read and applied as one batch instead of
-competing with the turn after each save. The consumer owns the position: it says where
-to start and records progress itself (tracking records, or JetStream for the relay), so a
-restart resumes where it stopped.
+competing with the turn after each save. The engine's followers share a :class:`Settler`
+instead: a save then wakes no thread at all (each wake-up on a save's path took the
+interpreter from the turn that saved), and one thread wakes them all ``settle`` seconds
+after the first save of a burst. The consumer owns the position: it says where to start
+and records progress itself (tracking records, or JetStream for the relay), so a restart
+resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,8 +32,91 @@ SETTLE = 0.1
 land before reading it: they lag the log by about this much while it is busy."""
 
 
+class Settler:
+    """Wakes followers ``settle`` seconds after the first save of a burst, from one thread.
+
+    A save only notes when the burst began (an attribute set by the saving thread; no
+    thread is woken). The settler looks for that every ``settle / 2`` seconds, sleeps until
+    the burst is ``settle`` old, then wakes every follower added to it; saves of the same
+    burst are read in that one batch, later ones start the next burst. An idle engine
+    pays one wake-up of the settler's thread per ``settle / 2`` seconds.
+    """
+
+    def __init__(self, app: TetherApplication, settle: float = SETTLE,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.app = app
+        self.settle = settle
+        self.clock = clock
+        self._since: float | None = None
+        """When the first save not yet handed to the followers was made (None: none)."""
+        self._wakes: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._remove_listener: Callable[[], None] | None = None
+
+    def add(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake`` once each burst has settled; returns a remover."""
+        with self._lock:
+            self._wakes.append(wake)
+
+        def remove() -> None:
+            with self._lock:
+                if wake in self._wakes:
+                    self._wakes.remove(wake)
+
+        return remove
+
+    def start(self) -> Settler:
+        """Note the application's saves and wake the followers after each burst."""
+        self._remove_listener = self.app.add_listener(self._saved)
+        self._thread = threading.Thread(target=self._run, name="settler", daemon=True)
+        self._thread.start()
+        return self
+
+    def _saved(self, _: int) -> None:
+        if self._since is None:
+            self._since = self.clock()
+
+    def _run(self) -> None:
+        delay = self.settle / 2
+        while not self._stop.wait(delay):
+            delay = self.look()
+
+    def look(self) -> float:
+        """Wake the followers if a burst began ``settle`` seconds ago or more; returns the
+        seconds until the next look."""
+        since = self._since
+        if since is None:
+            return self.settle / 2
+        left = since + self.settle - self.clock()
+        if left > 0:
+            return left
+        # Cleared before the wake-ups: a save noted after this is read by these
+        # followers or, if they read before it, starts the next burst.
+        self._since = None
+        self.wake_all()
+        return self.settle / 2
+
+    def wake_all(self) -> None:
+        """Wake every follower now."""
+        with self._lock:
+            wakes = list(self._wakes)
+        for wake in wakes:
+            wake()
+
+    def stop(self) -> None:
+        """Stop noting saves and waking followers."""
+        self._stop.set()
+        if self._remove_listener is not None:
+            self._remove_listener()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
 class Follower:
-    """Runs ``consume(notifications)`` for every batch after ``position()``."""
+    """Runs ``consume(notifications)`` for every batch after ``position()``: woken after
+    each save (after ``settle`` seconds), or by ``settler`` when one is given."""
 
     def __init__(
         self,
@@ -40,9 +127,11 @@ class Follower:
         consume: Callable[[Sequence[Any]], None],
         poll_interval: float = 0.5,
         settle: float = 0.0,
+        settler: Settler | None = None,
     ) -> None:
         self.app = app
-        self.settle = settle
+        self.settle = 0.0 if settler is not None else settle
+        self.settler = settler
         self.name = name
         self._position = position
         self._consume = consume
@@ -56,7 +145,8 @@ class Follower:
 
     def start(self) -> Follower:
         """Catch up in the background and keep following until stopped."""
-        self._remove_listener = self.app.add_listener(lambda _: self._wake.set())
+        self._remove_listener = (self.settler.add(self._wake.set) if self.settler is not None
+                                 else self.app.add_listener(lambda _: self._wake.set()))
         self._thread = threading.Thread(target=self._run, name=f"follow-{self.name}", daemon=True)
         self._thread.start()
         return self

@@ -15,7 +15,7 @@ from tether.events.decisions import ToolDecision
 from tether.events.messages import SessionSummary, TextBlock, Usage
 from tether.events.session import Session
 from tether.events.ttsr import RuleLog
-from tether.projections.follower import Follower
+from tether.projections.follower import Follower, Settler
 from tether.projections.session_view import SessionView
 
 
@@ -212,3 +212,25 @@ def test_title_and_compaction_costs_count_with_the_session(
     assert row is not None and row.cost_usd == 0.46875
     assert row.turns == 1  # a compaction is no turn
     assert row.last_activity == stamp(app, "s1")
+
+
+def test_a_follower_woken_by_a_settler_applies_what_was_saved(
+    app: TetherApplication, open_view: Callable[[], SessionView]
+) -> None:
+    view = open_view()
+    settler = Settler(app, settle=0.05).start()
+    # a long poll interval: only the settler's wake-up can deliver in time
+    follower = Follower(app, name="settled", position=view.position, consume=view.consume,
+                        poll_interval=60.0, settler=settler)
+    follower.start()
+    try:
+        time.sleep(0.2)  # let the first (empty) catch-up finish and the loop go to sleep
+        run_turn(app, "s9", "settled-one")
+        deadline = time.monotonic() + 10
+        while view.position() < app.max_notification_id() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        follower.stop()
+        settler.stop()
+    assert view.position() == app.max_notification_id()
+    assert [s.name for s in view.summaries()] == ["settled-one"]
