@@ -1,10 +1,15 @@
 """The session actor: the shell around the session's pure core.
 
-It feeds each message to :func:`actors.session.decide` with the time, saves the events of
-the decision in one save, then performs its effects in order: messages sent and replies,
-model calls on the bus's I/O loop (their deltas come back as messages tagged with a
-generation, so those of an aborted call are dropped), tool runs on helper threads, and
-the reads and writes of files whose answers are decided at once, before any other message.
+It feeds each message to :func:`actors.session.decide` with the time. The reads whose
+answers are decided at once (the workspace's files, a plan, skills) are made and decided
+before any other message; the events of that chain of decisions are saved in one save,
+then the chain's effects are performed in order: messages sent and replies, tool runs on
+helper threads. A model call (on the bus's I/O loop) starts before the save, so the
+model's round trip overlaps the disk's: it changes nothing in the world, and what comes
+back is decided after the save. What a call sends back is dropped once the call is
+cancelled or replaced (the core also drops what is not of its running generation). A
+write to the workspace (MEMORY.md, an undo) and a decision's ``Continue`` wait for the
+events decided before them to be stored.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Any
 
+import msgspec
 import pykka
 from eventsourcing.persistence import Recording
 
@@ -83,6 +89,34 @@ log = logging.getLogger("tether.actors.session")
 PLAN_READ_LIMIT = 200_000
 """Characters of the plan file read for a plan review."""
 
+BEFORE_SAVE = (ReadWorkspace, ResolveDir, ReadSkills, ReadPlan, CallModel, Compact, CancelModel)
+"""Effects performed as they are decided, before the chain's events are saved: reads whose
+answers are decided next, and starting or cancelling a model call."""
+
+AFTER_STORED = (Continue, WriteMemory, RestoreFiles)
+"""The events decided so far are saved (and their effects performed) first: writes to the
+workspace, and ``Continue``, which a decision ends with once it recorded a fact the world
+already holds, so that a failure further on cannot take the record with it."""
+
+
+class FromCall(msgspec.Struct, frozen=True):
+    """What a model call sent back, with the shell's number of that call."""
+
+    call: int
+    message: Any
+
+
+class _CallInbox:
+    """The actor's inbox as one model call sees it: what it tells is tagged with its
+    number."""
+
+    def __init__(self, ref: pykka.ActorRef[Any], call: int) -> None:
+        self.ref = ref
+        self.call = call
+
+    def tell(self, message: Any) -> None:
+        self.ref.tell(FromCall(self.call, message))
+
 
 class SessionActor(TetherActor):
     """The agent loop of one session."""
@@ -121,6 +155,9 @@ class SessionActor(TetherActor):
         kills its processes."""
         self.told_through = -1
         """The position of the last notice told of to the router (-1: none in this life)."""
+        self.calls = 0
+        """The number of the model call (or compaction) whose answers are taken: each call
+        started or cancelled counts one more."""
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -182,24 +219,54 @@ class SessionActor(TetherActor):
         # question about its tree is answered.
         if not isinstance(message, TreeQuery) and self.refused_from_the_bus(message, envelope):
             return
+        if isinstance(message, FromCall):
+            if message.call != self.calls:
+                return  # a call cancelled or replaced since (or before a restart)
+            message = message.message
         if isinstance(message, ToolFinished) and self.running is not None and (
                 self.running[:2] == (message.generation, message.call_id)):
             self.running = None  # that run is over (a late one of a stopped run is not)
         self._decide(message, envelope)
 
     def _decide(self, message: Any, envelope: Envelope | None) -> None:
-        """Decide ``message``, save, perform; the answers of the shell's own reads are
-        decided next, before any other message."""
+        """Decide ``message`` and the answers of the shell's own reads, save the events of
+        the chain in one save, then perform the rest of its effects in order. A decision
+        that raises records nothing, but what the chain decided before it is stored."""
         assert self.state is not None
         inputs: deque[Any] = deque([message])
+        events: list[Any] = []
+        aggregates: list[Any] = []
+        after: list[Effect] = []
         while inputs:
-            outcome = decide(self.state, inputs.popleft(), self.clock.now())
-            if outcome.aggregates:
-                self._tell_notices(self.app.save(*outcome.aggregates))
+            try:
+                outcome = decide(self.state, inputs.popleft(), self.clock.now())
+            except Exception:
+                self._store(events, [], after, envelope)
+                raise
+            for aggregate in outcome.aggregates:
+                events += aggregate.collect_events()
+                if not any(aggregate is seen for seen in aggregates):
+                    aggregates.append(aggregate)
             for effect in outcome.effects:
-                answer = self._perform(effect, envelope)
-                if answer is not None:
-                    inputs.append(answer)
+                if isinstance(effect, AFTER_STORED):
+                    self._store(events, aggregates, after, envelope)
+                    events, aggregates, after = [], [], []
+                if isinstance(effect, BEFORE_SAVE + AFTER_STORED):
+                    answer = self._perform(effect, envelope)
+                    if answer is not None:
+                        inputs.append(answer)
+                else:
+                    after.append(effect)
+        self._store(events, aggregates, after, envelope)
+
+    def _store(self, events: list[Any], aggregates: list[Any], effects: list[Effect],
+               envelope: Envelope | None) -> None:
+        """Save ``events`` in one save (``aggregates``: theirs, for their snapshots), tell
+        the router the notices they make, then perform ``effects`` (none is answered)."""
+        if events:
+            self._tell_notices(self.app.save(*events, *aggregates))
+        for effect in effects:
+            self._perform(effect, envelope)
 
     def _tell_notices(self, recordings: list[Recording[uuid.UUID]]) -> None:
         """Tell the router the notices the events just saved make, so a chat hears of them
@@ -227,14 +294,14 @@ class SessionActor(TetherActor):
                                tag=effect.tag, timeout=effect.timeout, here_only=True)
             case CallModel():
                 request, generation = effect.request, effect.generation
-                ref, provider = self.actor_ref, self.provider
+                inbox, provider = self._next_call(), self.provider
                 self.task = self.bus.spawn(
-                    lambda: pump_model(provider, request, generation, ref))
+                    lambda: pump_model(provider, request, generation, inbox))
             case Compact():
                 memory, summary, generation = effect.memory, effect.summary, effect.generation
-                ref, provider = self.actor_ref, self.provider
+                inbox, provider = self._next_call(), self.provider
                 self.task = self.bus.spawn(
-                    lambda: pump_compaction(provider, memory, summary, generation, ref))
+                    lambda: pump_compaction(provider, memory, summary, generation, inbox))
             case AskTitle():
                 title, ref, provider = effect.request, self.actor_ref, self.provider
                 self.bus.spawn(lambda: pump_title(provider, title, ref))
@@ -321,7 +388,13 @@ class SessionActor(TetherActor):
             return ErrorReply(error="undo", reason=str(exc))
         return Undone(session_id=self.session_id, restored=restored)
 
+    def _next_call(self) -> _CallInbox:
+        """The inbox of a new model call: the answers of any call before it are dropped."""
+        self.calls += 1
+        return _CallInbox(self.actor_ref, self.calls)
+
     def _cancel_model(self) -> None:
+        self.calls += 1
         task, self.task = self.task, None
         if task is not None:
             task.cancel()

@@ -1,11 +1,12 @@
 """The session's model calls, run on the bus's I/O loop: each sends what it got back to
-the actor as a message (never raising into the loop)."""
+the actor as a message (never raising into the loop). ``ref`` is the actor's reference,
+or anything with its ``tell``."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 import pykka
 
@@ -16,8 +17,15 @@ from tether.events.messages import Usage
 log = logging.getLogger(__name__)
 
 
+class Inbox(Protocol):
+    """Where a pump tells what came back (it raises ``pykka.ActorDeadError`` once the actor
+    has stopped)."""
+
+    def tell(self, message: Any) -> None: ...
+
+
 async def pump_model(provider: Provider, request: ModelRequest, generation: int,
-                     ref: pykka.ActorRef[Any]) -> None:
+                     ref: Inbox) -> None:
     """Stream one model call into the actor as ModelDelta messages (ModelFailed: why not)."""
     done = False
     try:
@@ -37,7 +45,7 @@ async def pump_model(provider: Provider, request: ModelRequest, generation: int,
 
 
 async def pump_title(provider: Provider, request: ModelRequest,
-                     ref: pykka.ActorRef[Any]) -> None:
+                     ref: Inbox) -> None:
     """Ask for a title; the answer comes back as TitleDone."""
     try:
         text, usage = await answer_of(provider, request)
@@ -49,7 +57,7 @@ async def pump_title(provider: Provider, request: ModelRequest,
 
 
 async def pump_compaction(provider: Provider, memory: ModelRequest, summary: ModelRequest,
-                          generation: int, ref: pykka.ActorRef[Any]) -> None:
+                          generation: int, ref: Inbox) -> None:
     """Make the memory call, then the summary call; the answers come back as
     CompactionDone (a failure of either says why)."""
     usage = Usage()
