@@ -31,7 +31,7 @@ import logging
 import threading
 import urllib.request
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
 import pykka
@@ -154,6 +154,16 @@ class _Session:
         return False
 
 
+class _Record(NamedTuple):
+    """One delivery record, as :meth:`NotificationRouterActor._record` takes it."""
+
+    session_id: str
+    notice: str
+    kind: str
+    route: str
+    outcome: str
+
+
 class NotificationRouterActor(TetherActor):
     """Routes stream text and planned notices to connector channels."""
 
@@ -188,10 +198,19 @@ class NotificationRouterActor(TetherActor):
         """Delivery logs with records not saved yet: a batch's notices go out first, then
         its records are saved, one save per session (a notice never waits on another's
         record; one sent again after a crash between the two carries the same seq)."""
+        self.recording: list[_Record] = []
+        """The records in ``unsaved``, as made."""
+        self.unrecorded: list[_Record] = []
+        """The records of notices sent but not saved when a handler failed (their save,
+        say): the restart records them first, so what went out is not sent again, after
+        notices that went out since."""
 
     def recover(self) -> None:
         self.sessions.clear()  # rebuilt from the store on first use
         self.in_flight.clear()
+        self.unrecorded += self.recording
+        self.recording, self.unsaved = [], {}
+        self._record_unrecorded()
         # The outbox lags the log (it settles): bring it up to the log first, so the
         # Delivered records already saved count (nothing recorded is sent again) and every
         # notice told of before this restart goes out before any told after it.
@@ -200,6 +219,20 @@ class NotificationRouterActor(TetherActor):
         except Exception:  # the outbox's own follower retries; send what it has
             log.exception("router: the outbox could not catch up on restart")
         self._deliver_pending()
+
+    def _record_unrecorded(self) -> None:
+        """Record the notices sent before a handler failed with their records unsaved;
+        if the store still fails, they are sent again."""
+        records, self.unrecorded = self.unrecorded, []
+        for record in records:
+            self._record(*record)
+        try:
+            self._save_records()
+        except Exception:
+            self.unrecorded = []
+            self.sessions.clear()  # the logs as stored: what they lack is sent again
+            log.exception("router: the records of %d sent notices could not be saved; "
+                          "they will be sent again", len(records))
 
     def handle(self, message: Any, envelope: Envelope | None) -> None:
         if isinstance(message, StreamDelta):
@@ -519,12 +552,18 @@ class NotificationRouterActor(TetherActor):
             return
         state.log.deliver(notice=notice, kind=kind, route=route, outcome=outcome)
         self.unsaved[session_id] = state.log
+        self.recording.append(_Record(session_id, notice, kind, route, outcome))
 
     def _save_records(self) -> None:
         """Save the delivery records made since the last save (one save per session)."""
         logs, self.unsaved = list(self.unsaved.values()), {}
+        records, self.recording = self.recording, []
         if logs:
-            self.app.save(*logs)
+            try:
+                self.app.save(*logs)
+            except Exception:
+                self.unrecorded += records
+                raise
 
     def _send(self, channel: str, message: ChannelMessage) -> None:
         try:

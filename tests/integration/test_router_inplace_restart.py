@@ -1,11 +1,12 @@
 """The router restarting in place (a handler failed, e.g. one store error while
 it saved its delivery records) in the middle of a burst.
 
-docs/architecture.md ("Restarts"): after an in-place restart the router sends "exactly the
-notices not recorded as delivered, in order"; only "a crash between publishing a notice
-and saving its Delivered sends it again"; "Notices of one session reach a channel in seq
-order". Connectors drop a notice whose seq is not above the highest shown (terminal,
-Telegram), so one that arrives late is lost to them.
+docs/architecture.md ("Restarts"): after an in-place restart the router first records the
+notices it sent whose records it could not save, then sends "exactly the notices not
+recorded as delivered, in order"; only "a crash between publishing a notice and saving its
+Delivered sends it again"; "Notices of one session reach a channel in seq order".
+Connectors drop a notice whose seq is not above the highest shown (terminal, Telegram), so
+one that arrives late is lost to them.
 """
 
 from __future__ import annotations
@@ -73,5 +74,7 @@ responses:
             firsts.append(seq)
     assert firsts == sorted(firsts), f"out of order: {firsts}"
     assert seqs == sorted(seqs), f"a later notice came before an earlier one: {seqs}"
+    # The restart saved the records of the batch whose save failed: nothing went twice.
+    assert not again, f"sent twice: {sorted(again)}"
     log = app.load(deliveries_uuid(sid), Deliveries)
     assert log is not None
