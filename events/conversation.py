@@ -35,14 +35,16 @@ from tether.events.messages import ContentBlock, ToolResultBlock, ToolUseBlock
 __all__ = ["Conversation", "Placement", "Turn", "answers", "complete_messages", "locate"]
 
 
-class Turn(msgspec.Struct, omit_defaults=True):
+class Turn(msgspec.Struct, omit_defaults=True, gc=False):
     """One model-visible message: ``role`` is ``user`` or ``assistant``.
 
     ``continues``: its text goes on from the previous message's without a break (the
     conversation tree holds the message in two parts, after an edit or a split): the
     context sends the two as one text, joined with nothing between. A default (and left
     out of the encoding when false), so Turns stored before it existed decode as they
-    were, and encode as they did."""
+    were, and encode as they did. Not tracked by the garbage collector (``gc=False``: it
+    holds no reference back to itself), nor are the blocks: a long history's load made
+    collections over them all."""
 
     role: str
     content: list[ContentBlock]

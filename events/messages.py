@@ -44,15 +44,17 @@ class Message(msgspec.Struct, tag_field="type", tag=_snake, kw_only=True):
 
 
 # --- content blocks (shared by events and messages) -------------------------------------
+# Not tracked by the garbage collector (gc=False): they never refer back to themselves,
+# and a long history holds thousands (events.conversation.Turn).
 
 
-class TextBlock(msgspec.Struct, tag_field="type", tag="text"):
+class TextBlock(msgspec.Struct, tag_field="type", tag="text", gc=False):
     """Assistant or user text."""
 
     text: str
 
 
-class ToolUseBlock(msgspec.Struct, tag_field="type", tag="tool_use"):
+class ToolUseBlock(msgspec.Struct, tag_field="type", tag="tool_use", gc=False):
     """A tool call the model asked for."""
 
     id: str
@@ -60,7 +62,7 @@ class ToolUseBlock(msgspec.Struct, tag_field="type", tag="tool_use"):
     input: dict[str, Any]
 
 
-class ToolResultBlock(msgspec.Struct, tag_field="type", tag="tool_result"):
+class ToolResultBlock(msgspec.Struct, tag_field="type", tag="tool_result", gc=False):
     """The result of a tool call, sent back to the model."""
 
     tool_use_id: str
