@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 PATH_HEAD = 4096
 """Characters of a tool call's arguments searched for its ``path`` (for scope globs)."""
 
+MAX_PARKED_FROM_BUS = 64
+"""Barrier checks from the bus held at once, waiting for the running call's end."""
+
 _PATH = re.compile(r'"path"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
 
@@ -177,7 +180,14 @@ class TtsrMonitorActor(TetherActor):
         if isinstance(message, StreamDelta):
             self._on_delta(message)
         elif isinstance(message, BarrierCheck) and envelope is not None:
-            self.parked.append((envelope, message))
+            if envelope.from_here or (message.generation <= self.generation
+                                      and self._parked_from_bus() < MAX_PARKED_FROM_BUS):
+                self.parked.append((envelope, message))
+            else:
+                # A check from outside of a call not started (it may never be), or one
+                # too many: held, it would stay until that call ends. Not vouched for.
+                self.reply(envelope, BarrierResult(generation=message.generation,
+                                                   clear=False, unchecked=True))
         if self.parked:
             self._answer_barriers()
 
@@ -306,6 +316,9 @@ class TtsrMonitorActor(TetherActor):
                 reminder=reminder, source=aborting[0].source, context_mode=mode,
                 later=list(self.later),
             ))
+
+    def _parked_from_bus(self) -> int:
+        return sum(1 for envelope, _ in self.parked if not envelope.from_here)
 
     def _answer_barriers(self) -> None:
         waiting: list[tuple[Envelope, BarrierCheck]] = []

@@ -441,3 +441,72 @@ def test_a_connectors_edge_requests_about_its_own_session_fail_no_actor(
     time.sleep(2.0)
     assert host.system.stopped_for_good == []
     assert say(host, "still there?")
+
+
+def test_barrier_checks_from_the_bus_for_a_call_not_started_are_answered_not_held(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any], nats_url: str,
+) -> None:
+    """The attack: barrier checks on ``<ns>.session.<id>.ttsr`` for a generation the
+    session never reaches. Each was held until that call's end (never): the monitor's
+    memory grew with every one. They are answered at once, not vouched for; the
+    session's own barrier still waits for its call's end."""
+    from tether.events.messages import BarrierCheck, BarrierResult
+
+    host, _, _ = engine()
+    test = watch_channel(host, "test")
+    sid = say(host, "hello")
+    test.wait_for("completed")
+    outsider = _outsider(nats_url)
+    try:
+        subject = host.subjects.ttsr(sid)
+        ahead = ask(outsider, subject, BarrierCheck(session_id=sid, generation=2**40, seq=0),
+                    BarrierResult, timeout=10)
+        assert (ahead.clear, ahead.unchecked) == (False, True)
+        for n in range(300):
+            outsider.publish(subject, encode(BarrierCheck(
+                session_id=sid, generation=2**40 + n, seq=0)), reply=f"_INBOX.nobody.{n}")
+        ask(outsider, subject, BarrierCheck(session_id=sid, generation=0, seq=0),
+            BarrierResult, timeout=10)  # after those: the monitor has taken them all
+        monitor = host.manager.ref.proxy().live.get(timeout=10)[sid][0].ref
+        assert monitor.proxy().parked.get(timeout=10) == []
+    finally:
+        outsider.close()
+    say(host, "hello", sid)  # the session's own barrier still works
+    assert test.wait_for("completed").session_id == sid
+
+
+def test_barrier_checks_from_the_bus_for_the_running_call_are_held_only_so_many(
+    engine: Callable[..., Engine], watch_channel: Callable[..., Any], nats_url: str,
+) -> None:
+    """Checks from outside for the call now streaming wait for its end, at most
+    ``MAX_PARKED_FROM_BUS`` of them; the others are answered at once, not vouched for."""
+    from tether.actors.ttsr.monitor import MAX_PARKED_FROM_BUS
+    from tether.events.messages import BarrierCheck, BarrierResult
+
+    story = "Once upon a time, and on it went. " * 6
+    host, _, _ = engine(f"""
+responses:
+  - chunk: 5
+    delay_ms: 100
+    blocks: [{{text: "{story}"}}]
+""")
+    test = watch_channel(host, "test")
+    sid = say(host, "tell me a story")
+    test.wait_for("stream")
+    monitor = host.manager.ref.proxy().live.get(timeout=10)[sid][0].ref.proxy()
+    generation = monitor.generation.get(timeout=10)
+    outsider = _outsider(nats_url)
+    try:
+        subject = host.subjects.ttsr(sid)
+        for n in range(MAX_PARKED_FROM_BUS + 10):
+            outsider.publish(subject, encode(BarrierCheck(
+                session_id=sid, generation=generation, seq=0)), reply=f"_INBOX.nobody.{n}")
+        extra = ask(outsider, subject, BarrierCheck(session_id=sid, generation=generation,
+                                                   seq=0), BarrierResult, timeout=5)
+        assert (extra.clear, extra.unchecked) == (False, True)  # answered before the end
+        held = monitor.parked.get(timeout=10)
+        assert len(held) == MAX_PARKED_FROM_BUS
+    finally:
+        outsider.close()
+    test.wait_for("completed")
+    assert monitor.parked.get(timeout=10) == []  # the call's end answered them all
