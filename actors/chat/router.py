@@ -515,7 +515,8 @@ class NotificationRouterActor(TetherActor):
             caught_up = len(blocks)
         state.log.watch(channel=message.channel, foreground=message.foreground,
                         seen=buffer.total)
-        self.app.save(state.log)
+        self.unsaved[message.session_id] = state.log
+        self._save_records()  # with any records the log holds: saved once, not again
         return Watching(session_id=message.session_id, channel=message.channel,
                         foreground=message.foreground, caught_up=caught_up, trimmed=trimmed)
 

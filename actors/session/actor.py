@@ -241,7 +241,12 @@ class SessionActor(TetherActor):
             try:
                 outcome = decide(self.state, inputs.popleft(), self.clock.now())
             except Exception:
-                self._store(events, [], after, envelope)
+                for aggregate in aggregates:
+                    aggregate.collect_events()  # the failing decision's: dropped
+                # The aggregates go with the events for their snapshots only: a snapshot
+                # is loaded from the store (TetherApplication.take_snapshot), never taken
+                # of these, half changed by the failing decision.
+                self._store(events, aggregates, after, envelope)
                 raise
             for aggregate in outcome.aggregates:
                 events += aggregate.collect_events()

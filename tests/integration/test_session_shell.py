@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 
 from tests.helpers import say, wait_until
+from tether.actors.middleware import MiddlewareSettings
 from tether.actors.session import actor as session_actor
 from tether.actors.session.actor import FromCall
 from tether.actors.session.inputs import ModelFailed, WorkspaceRead
 from tether.adapters.fake_llm import FakeLLM
 from tether.adapters.host import Host
+from tether.events.application import SNAPSHOT_INTERVAL
 from tether.events.session import Session, session_uuid
 
 STORY = """
@@ -91,10 +93,11 @@ def test_a_decision_that_fails_keeps_what_the_chain_decided_before_it(
     failed: list[WorkspaceRead] = []
 
     def decide_failing_once(state: Any, message: Any, now: Any) -> Any:
+        outcome = real(state, message, now)
         if isinstance(message, WorkspaceRead) and not failed:
-            failed.append(message)  # the prompt was read for the message: a bug here
-            raise RuntimeError("a bug in building the prompt")
-        return real(state, message, now)
+            failed.append(message)  # the prompt was read for the message: a bug here,
+            raise RuntimeError("a bug in building the prompt")  # once it set the prompt
+        return outcome
 
     monkeypatch.setattr(session_actor, "decide", decide_failing_once)
     host = make_host(fake_llm(SLOW), database_url=database_url)
@@ -106,3 +109,47 @@ def test_a_decision_that_fails_keeps_what_the_chain_decided_before_it(
         "remember this message"]
     assert [e.error for e in events if isinstance(e, Session.ActorFailed)] == [
         "RuntimeError: a bug in building the prompt"]
+    # What the failing decision recorded before it raised is not kept.
+    assert not [e for e in events if isinstance(e, Session.SystemPromptSet)]
+
+
+def test_the_events_a_failed_chain_keeps_are_snapshotted_like_any_other(
+    monkeypatch: pytest.MonkeyPatch,
+    fake_llm: Callable[[str], FakeLLM],
+    make_host: Callable[..., Host],
+    watch_channel: Callable[..., Any],
+) -> None:
+    real = session_actor.decide
+    armed: list[bool] = []
+
+    def decide_failing_once(state: Any, message: Any, now: Any) -> Any:
+        if isinstance(message, WorkspaceRead) and armed:
+            armed.clear()
+            raise RuntimeError("a bug in building the prompt")
+        return real(state, message, now)
+
+    monkeypatch.setattr(session_actor, "decide", decide_failing_once)
+    host = make_host(fake_llm('responses:\n  - blocks: [{text: "hi"}]\n'),
+                     middleware=MiddlewareSettings(rate_per_minute=1e6, burst=1_000_000))
+    channel = watch_channel(host, "test")
+    sid = say(host, "/status")
+
+    def version() -> int:
+        session = host.app.session(sid)
+        assert session is not None
+        return session.version
+
+    while version() < SNAPSHOT_INTERVAL - 1:  # each /status records one event
+        say(host, "/status", sid)
+    assert version() == SNAPSHOT_INTERVAL - 1
+    armed.append(True)
+    say(host, "remember this message", sid)  # its chain's second decision raises
+    assert "interrupted by a restart" in channel.wait_for("failed").text
+    events = host.app.session_events(sid)
+    received = [e for e in events if isinstance(e, Session.UserMessageReceived)]
+    assert [e.originator_version for e in received] == [SNAPSHOT_INTERVAL]  # kept
+    wait_until(lambda: version() > SNAPSHOT_INTERVAL + 1, "the restart's records")
+    assert host.app.snapshots is not None
+    taken = [s.originator_version for s in host.app.snapshots.get(session_uuid(sid))]
+    assert SNAPSHOT_INTERVAL in taken, (
+        f"no snapshot at version {SNAPSHOT_INTERVAL} (snapshots at {taken})")
