@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeVar
@@ -21,6 +20,7 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import MapperDeserialisationError, Recording
 from eventsourcing.utils import TopicError, get_topic
 
+from tether.events.callbacks import Callbacks
 from tether.events.conversation import Conversation, locate
 from tether.events.decisions import ToolDecision
 from tether.events.deliveries import Deliveries
@@ -104,30 +104,17 @@ class TetherApplication(Application[uuid.UUID]):
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
         super().__init__(env)
-        self._listeners: list[Callable[[int], None]] = []
-        self._listeners_lock = threading.Lock()
+        self._listeners: Callbacks[[int]] = Callbacks()
         self._session_ids: dict[uuid.UUID, str] = {}
 
     def add_listener(self, listener: Callable[[int], None]) -> Callable[[], None]:
         """Call ``listener(max_notification_id)`` after each save; returns a remover."""
-        with self._listeners_lock:
-            self._listeners.append(listener)
-
-        def remove() -> None:
-            with self._listeners_lock:
-                if listener in self._listeners:
-                    self._listeners.remove(listener)
-
-        return remove
+        return self._listeners.add(listener)
 
     def _notify(self, recordings: list[Recording[uuid.UUID]]) -> None:
         ids = [r.notification.id for r in recordings if r.notification.id is not None]
-        if not ids:
-            return
-        with self._listeners_lock:
-            listeners = list(self._listeners)
-        for listener in listeners:
-            listener(max(ids))
+        if ids:
+            self._listeners.call(max(ids))
 
     def load(self, aggregate_id: uuid.UUID, kind: type[A], version: int | None = None) -> A | None:
         """The aggregate as it stood at ``version`` (latest if None), or None if absent."""

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tether.events.application import TetherApplication
+from tether.events.callbacks import Callbacks
 
 log = logging.getLogger(__name__)
 
@@ -49,23 +50,14 @@ class Settler:
         self.clock = clock
         self._since: float | None = None
         """When the first save not yet handed to the followers was made (None: none)."""
-        self._wakes: list[Callable[[], None]] = []
-        self._lock = threading.Lock()
+        self._wakes: Callbacks[[]] = Callbacks()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._remove_listener: Callable[[], None] | None = None
 
     def add(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Call ``wake`` once each burst has settled; returns a remover."""
-        with self._lock:
-            self._wakes.append(wake)
-
-        def remove() -> None:
-            with self._lock:
-                if wake in self._wakes:
-                    self._wakes.remove(wake)
-
-        return remove
+        return self._wakes.add(wake)
 
     def start(self) -> Settler:
         """Note the application's saves and wake the followers after each burst."""
@@ -100,10 +92,7 @@ class Settler:
 
     def wake_all(self) -> None:
         """Wake every follower now."""
-        with self._lock:
-            wakes = list(self._wakes)
-        for wake in wakes:
-            wake()
+        self._wakes.call()
 
     def stop(self) -> None:
         """Stop noting saves and waking followers."""

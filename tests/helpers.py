@@ -55,6 +55,17 @@ def say(host: Host, text: str, session_id: str = "", *, channel: str = "test",
     return accepted.session_id
 
 
+class MonotonicClock:
+    """A monotonic clock for code that takes one (``clock=``): it moves when a test sets
+    or advances ``now``."""
+
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def wait_until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
     """Wait for an effect another actor produces asynchronously (``check`` turns true);
     fail naming ``what`` if it does not within ``timeout`` seconds."""

@@ -7,15 +7,8 @@ import threading
 
 import pytest
 
+from tests.helpers import MonotonicClock as Clock
 from tether.actors.deadlines import Deadlines
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

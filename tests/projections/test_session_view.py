@@ -171,13 +171,15 @@ def test_other_aggregates_advance_position_without_rows(
     assert view.summaries() == before
 
 
+@pytest.mark.parametrize("woken_by", ["save", "settler"])
 def test_running_follower_applies_after_each_save(
-    app: TetherApplication, open_view: Callable[[], SessionView]
+    app: TetherApplication, open_view: Callable[[], SessionView], woken_by: str
 ) -> None:
     view = open_view()
-    # a long poll interval: only the save's wake-up can deliver in time
+    settler = Settler(app, settle=0.05).start() if woken_by == "settler" else None
+    # a long poll interval: only the save's (or the settler's) wake-up can deliver in time
     follower = Follower(app, name="live", position=view.position, consume=view.consume,
-                        poll_interval=60.0)
+                        poll_interval=60.0, settler=settler)
     follower.start()
     try:
         time.sleep(0.2)  # let the first (empty) catch-up finish and the loop go to sleep
@@ -187,6 +189,8 @@ def test_running_follower_applies_after_each_save(
             time.sleep(0.01)
     finally:
         follower.stop()
+        if settler is not None:
+            settler.stop()
     assert view.position() == app.max_notification_id()
     assert [r.session_id for r in view.summaries()] == ["s9"]
     assert view.summaries()[0].turns == 1
@@ -213,24 +217,3 @@ def test_title_and_compaction_costs_count_with_the_session(
     assert row.turns == 1  # a compaction is no turn
     assert row.last_activity == stamp(app, "s1")
 
-
-def test_a_follower_woken_by_a_settler_applies_what_was_saved(
-    app: TetherApplication, open_view: Callable[[], SessionView]
-) -> None:
-    view = open_view()
-    settler = Settler(app, settle=0.05).start()
-    # a long poll interval: only the settler's wake-up can deliver in time
-    follower = Follower(app, name="settled", position=view.position, consume=view.consume,
-                        poll_interval=60.0, settler=settler)
-    follower.start()
-    try:
-        time.sleep(0.2)  # let the first (empty) catch-up finish and the loop go to sleep
-        run_turn(app, "s9", "settled-one")
-        deadline = time.monotonic() + 10
-        while view.position() < app.max_notification_id() and time.monotonic() < deadline:
-            time.sleep(0.01)
-    finally:
-        follower.stop()
-        settler.stop()
-    assert view.position() == app.max_notification_id()
-    assert [s.name for s in view.summaries()] == ["settled-one"]

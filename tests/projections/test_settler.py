@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests.helpers import MonotonicClock as Clock
 from tether.adapters.config import Settings
 from tether.adapters.store import open_application
 from tether.events.application import TetherApplication
@@ -15,14 +16,6 @@ from tether.projections.follower import Settler
 
 SETTLE = 3600.0
 """Long enough that the settler's own thread never looks during a test: the test does."""
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
