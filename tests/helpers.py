@@ -30,15 +30,29 @@ from tether.events.messages import Accepted, UserMessage
 TWO_REPLIES = 'responses:\n  - blocks: [{text: "one"}]\n  - blocks: [{text: "two"}]\n'
 
 
-def after_one_turn(engine: Callable[..., Any], watch_channel: Callable[..., Any]
-                   ) -> tuple[Host, Any, str]:
-    """An engine whose model answers "one" then "two", and a session of channel "test"
-    that had its first turn: (host, the channel's watcher, session id)."""
-    host = engine(TWO_REPLIES).host
+def after_one_turn(engine: Callable[..., Any], watch_channel: Callable[..., Any],
+                   script: str = TWO_REPLIES) -> tuple[Host, Any, str]:
+    """An engine whose model plays ``script`` (by default it answers "one" then "two"),
+    and a session of channel "test" that had its first turn: (host, the channel's
+    watcher, session id)."""
+    host = engine(script).host
     test = watch_channel(host, "test")
     sid = say(host, "hello")
     test.wait_for("completed")
     return host, test, sid
+
+
+def propose(bus: Any, host: Host, workspace: Path, session_id: str, call_id: str, tool: str,
+            tool_input: dict[str, Any], timeout: float = 10.0, **fields: Any) -> Any:
+    """Ask ``host``'s gatekeeper over ``bus`` about a call, as a program outside the
+    engine would (``fields``: more of the proposal, e.g. ``mode``); its Verdict."""
+    from tether.actors.gatekeeper.deny_lists import action_hash
+    from tether.events.messages import ToolProposal, Verdict
+
+    return ask(bus, host.subjects.gatekeeper, ToolProposal(
+        session_id=session_id, call_id=call_id, tool=tool, input=tool_input,
+        workspace=str(workspace), action_hash=action_hash(tool, tool_input), **fields),
+        Verdict, timeout=timeout)
 
 
 def say(host: Host, text: str, session_id: str = "", *, channel: str = "test",

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Engine
-from tests.helpers import say, wait_until
+from tests.helpers import after_one_turn, propose, say, wait_until
 from tether.adapters.nats_bus import NatsBus
 from tether.events.codec import encode
 
@@ -161,11 +161,7 @@ def test_two_publishers_at_once_do_not_wedge_the_bus(nats_url: str) -> None:
 def test_a_wedged_publish_queue_does_not_silence_the_engine(
     engine: Callable[..., Engine], watch_channel: Callable[..., Any],
 ) -> None:
-    host = engine('responses:\n  - blocks: [{text: "one"}]\n'
-                  '  - blocks: [{text: "two"}]\n').host
-    test = watch_channel(host, "test")
-    sid = say(host, "hello")
-    test.wait_for("completed")
+    host, test, sid = after_one_turn(engine, watch_channel)
     _wedge(host.bus, f"{host.subjects.namespace}.rt-nobody")  # e.g. two actors' sends
     say(host, "again", sid)
     test.wait_for("completed", timeout=5)
@@ -264,21 +260,14 @@ def test_a_bus_proposal_after_the_session_gets_the_stored_escalation_not_an_allo
     """Asked again over the bus, in auto mode with the tool auto-approved, while the
     session waits for its person: the stored escalation is given back and nothing is
     decided anew for the session."""
-    from tether.actors.gatekeeper.deny_lists import action_hash
-    from tether.actors.runtime import ask
-    from tether.events.messages import ToolProposal, Verdict
-
     host = engine(APPROVAL_SCRIPT).host
     test = watch_channel(host, "test")
     sid = say(host, "publish it")
     test.wait_for("approval")
-    tool_input = {"command": PUSH}
     outsider = NatsBus(nats_url, name="outsider")
     try:
-        again = ask(outsider, host.subjects.gatekeeper, ToolProposal(
-            session_id=sid, call_id="toolu_push1", tool="run_shell", input=tool_input,
-            workspace=str(workspace), action_hash=action_hash("run_shell", tool_input),
-            mode="auto", auto_approve=True), Verdict, timeout=10)
+        again = propose(outsider, host, workspace, sid, "toolu_push1", "run_shell",
+                        {"command": PUSH}, mode="auto", auto_approve=True)
     finally:
         outsider.close()
     assert again.decision == "escalate"
@@ -300,11 +289,7 @@ def test_an_outsider_cannot_tell_a_notice_for_an_event_stored_but_not_yet_read(
     from tests.integration.test_unauthenticated_bus_notices import router_has_read
     from tether.events.messages import NoticesPlanned, PlannedNotice
 
-    host = engine('responses:\n  - blocks: [{text: "one"}]\n'
-                  '  - blocks: [{text: "two"}]\n').host
-    test = watch_channel(host, "test")
-    sid = say(host, "hello")
-    test.wait_for("completed")
+    host, test, sid = after_one_turn(engine, watch_channel)
     wait_until(lambda: notices_settled(host), "the outbox read the first turn")
     host.outbox_follower._stop.set()  # the outbox lags: it reads nothing more for now
     say(host, "again", sid)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import Engine
-from tests.helpers import say
+from tests.helpers import after_one_turn, propose, say
 from tests.integration.test_ttsr import rule
 from tether.adapters.nats_bus import NatsBus
 from tether.events.codec import encode
@@ -239,21 +239,13 @@ def test_a_decision_made_ahead_from_the_bus_does_not_decide_the_sessions_call(
     with the tool auto-approved: its decision is recorded first. The session's own
     proposal of that call must not then be given that decision: it is denied."""
     from tether.actors.gatekeeper.actor import PREDECIDED
-    from tether.actors.gatekeeper.deny_lists import action_hash
-    from tether.actors.runtime import ask
-    from tether.events.messages import ToolProposal, Verdict
 
-    host = engine(PREDECIDED_SCRIPT).host
-    test = watch_channel(host, "test")
-    sid = say(host, "hello")
-    test.wait_for("completed")
-    tool_input = {"command": "touch pwned.txt && git push origin main"}
+    host, test, sid = after_one_turn(engine, watch_channel, PREDECIDED_SCRIPT)
     outsider = NatsBus(nats_url, name="outsider")
     try:
-        forged = ask(outsider, host.subjects.gatekeeper, ToolProposal(
-            session_id=sid, call_id="toolu_predecided", tool="run_shell", input=tool_input,
-            workspace=str(workspace), action_hash=action_hash("run_shell", tool_input),
-            mode="auto", auto_approve=True), Verdict, timeout=10)
+        forged = propose(outsider, host, workspace, sid, "toolu_predecided", "run_shell",
+                         {"command": "touch pwned.txt && git push origin main"},
+                         mode="auto", auto_approve=True)
     finally:
         outsider.close()
     assert forged.decision == "allow"  # what the session would get, were it given

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Engine
-from tests.helpers import say, wait_until
+from tests.helpers import after_one_turn, propose, say, wait_until
 from tests.integration.test_redteam_gatekeeper_round2 import (
     APPROVAL_SCRIPT,
     decisions_of,
@@ -43,13 +43,7 @@ def _outsider(nats_url: str) -> NatsBus:
 def _gatekeeper_barrier(outsider: NatsBus, host: Any, workspace: Path) -> None:
     """Asked after what the outsider published there, the gatekeeper answers this once it
     has handled (or the engine refused) all of that."""
-    from tether.actors.gatekeeper.deny_lists import action_hash
-    from tether.events.messages import ToolProposal, Verdict
-
-    probe = {"path": "."}
-    ask(outsider, host.subjects.gatekeeper, ToolProposal(
-        session_id="probe", call_id="probe", tool="list_dir", input=probe,
-        workspace=str(workspace), action_hash=action_hash("list_dir", probe)), Verdict, 30)
+    propose(outsider, host, workspace, "probe", "probe", "list_dir", {"path": "."}, 30)
 
 
 def _drain(watcher: Any) -> list[Any]:
@@ -143,10 +137,7 @@ def test_an_outsider_kills_a_session_on_the_bare_manager(
     from tether.actors.runtime import RemoteError, ask
     from tether.events.messages import Killed, KillSession
 
-    host = engine('responses:\n  - blocks: [{text: "one"}]\n').host
-    test = watch_channel(host, "test")
-    sid = say(host, "hello")
-    test.wait_for("completed")
+    host, _, sid = after_one_turn(engine, watch_channel)
     outsider = _outsider(nats_url)
     try:
         with pytest.raises(RemoteError):
@@ -163,10 +154,7 @@ def test_a_connector_cannot_kill_anothers_session_on_its_manager_subject(
     from tether.actors.runtime import RemoteError, ask
     from tether.events.messages import Killed, KillSession, UndoFiles, Undone
 
-    host = engine('responses:\n  - blocks: [{text: "one"}]\n').host
-    test = watch_channel(host, "test")
-    sid = say(host, "hello")
-    test.wait_for("completed")
+    host, _, sid = after_one_turn(engine, watch_channel)
     stored = host.app.session(sid)
     assert stored is not None
     name = stored.name
@@ -197,11 +185,7 @@ def test_a_tree_query_whose_reply_names_engine_subjects_changes_nothing(
     from tether.actors.runtime import ask
     from tether.events.messages import TreeQuery, TreeView
 
-    host = engine('responses:\n  - blocks: [{text: "one"}]\n'
-                  '  - blocks: [{text: "two"}]\n').host
-    test = watch_channel(host, "test")
-    sid = say(host, "hello")
-    test.wait_for("completed")
+    host, test, sid = after_one_turn(engine, watch_channel)
     before = _kinds(host, sid)
     s = host.subjects
     outsider = _outsider(nats_url)
@@ -338,11 +322,9 @@ def test_an_outsider_cannot_send_the_owners_chat_to_the_background(
     from tether.actors.runtime import ask
     from tether.events.messages import Watching, WatchSession
 
-    host = engine('responses:\n  - blocks: [{text: "one"}]\n'
-                  '  - blocks: [{text: "SECOND-REPLY"}]\n').host
-    test = watch_channel(host, "test")
-    sid = say(host, "hello")
-    test.wait_for("completed")
+    host, test, sid = after_one_turn(
+        engine, watch_channel,
+        'responses:\n  - blocks: [{text: "one"}]\n  - blocks: [{text: "SECOND-REPLY"}]\n')
     outsider = _outsider(nats_url)
     try:
         ask(outsider, host.subjects.router, WatchSession(
@@ -452,10 +434,7 @@ def test_barrier_checks_from_the_bus_for_a_call_not_started_are_answered_not_hel
     session's own barrier still waits for its call's end."""
     from tether.events.messages import BarrierCheck, BarrierResult
 
-    host, _, _ = engine()
-    test = watch_channel(host, "test")
-    sid = say(host, "hello")
-    test.wait_for("completed")
+    host, test, sid = after_one_turn(engine, watch_channel)
     outsider = _outsider(nats_url)
     try:
         subject = host.subjects.ttsr(sid)
