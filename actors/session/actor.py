@@ -256,12 +256,12 @@ class SessionActor(TetherActor):
                 if isinstance(effect, AFTER_STORED):
                     self._store(events, aggregates, after, envelope)
                     events, aggregates, after = [], [], []
-                if isinstance(effect, BEFORE_SAVE + AFTER_STORED):
-                    answer = self._perform(effect, envelope)
-                    if answer is not None:
-                        inputs.append(answer)
-                else:
+                elif not isinstance(effect, BEFORE_SAVE):
                     after.append(effect)
+                    continue
+                answer = self._perform(effect, envelope)
+                if answer is not None:
+                    inputs.append(answer)
         self._store(events, aggregates, after, envelope)
 
     def _store(self, events: list[Any], aggregates: list[Any], effects: list[Effect],
