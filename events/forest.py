@@ -82,6 +82,7 @@ Rules (after the Forest of the conversation engine spec, seed 003):
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import uuid
 from collections.abc import Iterator, Sequence
@@ -110,8 +111,19 @@ def forest_uuid(session_id: str) -> uuid.UUID:
 
 
 def node_id_for(forest_id: str, seq: int) -> str:
-    """The id of the ``seq``-th node ever created in forest ``forest_id`` (counting from 0)."""
-    return str(uuid.uuid5(uuid.UUID(forest_id), f"node:{seq}"))
+    """The id of the ``seq``-th node ever created in forest ``forest_id`` (counting from 0):
+    ``str(uuid.uuid5(uuid.UUID(forest_id), f"node:{seq}"))``, spelled out, since a tree read
+    mints one per message it mirrors and ``uuid.UUID`` objects made up most of that."""
+    digest = bytearray(hashlib.sha1(_namespace_bytes(forest_id) + b"node:%d" % seq).digest())
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    h = digest[:16].hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+@functools.lru_cache(maxsize=256)
+def _namespace_bytes(forest_id: str) -> bytes:
+    return uuid.UUID(forest_id).bytes
 
 
 # --- errors --------------------------------------------------------------------------------

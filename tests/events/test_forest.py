@@ -108,6 +108,17 @@ def test_node_ids_count_created_nodes_and_are_deterministic() -> None:
     assert set(chat(Forest(session_id="other"))).isdisjoint(ids_a)
 
 
+@pytest.mark.parametrize("spelling", [str, lambda u: str(u).upper(), lambda u: u.hex,
+                                      lambda u: f"{{{u}}}", lambda u: u.urn])
+def test_node_ids_are_the_uuid5_the_stored_trees_hold(spelling: Callable[[uuid.UUID], str]
+                                                      ) -> None:
+    """A node id is ``uuid5(forest id, "node:<n>")``: the ids trees stored before keep
+    meaning the same nodes, whatever spelling of the forest id is given."""
+    forest_id = uuid.UUID("6f1c2b1e-8d4a-4e3b-9a7c-2d5e8f9a0b1c")
+    for n in (0, 1, 9, 10, 255, 1_000_003):
+        assert node_id_for(spelling(forest_id), n) == str(uuid.uuid5(forest_id, f"node:{n}"))
+
+
 def test_deleted_nodes_numbers_are_not_reused(forest: Forest) -> None:
     _root, _user, reply, bye = chat(forest)
     forest.delete(bye)
