@@ -55,9 +55,10 @@ from tether.events.messages import Accepted, ChannelMessage, UserMessage
 FULL_N, QUICK_N = 100, 6
 BLOCK = 5
 PAUSE = 0.25
-QUICK_PAUSE = 0.05
-"""``--quick`` is a smoke run: its settled turns wait less."""
 """Seconds before each settled turn: more than the read models' settle time (0.1 s)."""
+QUICK_PAUSE = 0.05
+"""``--quick`` is a smoke run: its settled turns wait less (less than the settle time, so
+its figures are not the settled ones)."""
 PACES = ("settled", "back-to-back")
 NOTES = "The notes say: ship on Friday.\n"
 TEXT = '  - blocks: [{text: "Noted."}]'
