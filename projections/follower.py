@@ -36,11 +36,11 @@ land before reading it: they lag the log by about this much while it is busy."""
 class Settler:
     """Wakes followers ``settle`` seconds after the first save of a burst, from one thread.
 
-    A save only notes when the burst began (an attribute set by the saving thread; no
-    thread is woken). The settler looks for that every ``settle / 2`` seconds, sleeps until
-    the burst is ``settle`` old, then wakes every follower added to it; saves of the same
-    burst are read in that one batch, later ones start the next burst. An idle engine
-    pays one wake-up of the settler's thread per ``settle / 2`` seconds.
+    A save notes when the burst began; the first save of a burst also wakes the settler's
+    thread (no follower is woken on the saving thread), which sleeps until the burst is
+    ``settle`` old, then wakes every follower added to it. Saves of the same burst are read
+    in that one batch, later ones start the next burst. An idle engine's settler sleeps
+    until the next save.
     """
 
     def __init__(self, app: TetherApplication, settle: float = SETTLE,
@@ -51,6 +51,8 @@ class Settler:
         self._since: float | None = None
         """When the first save not yet handed to the followers was made (None: none)."""
         self._wakes: Callbacks[[]] = Callbacks()
+        self._burst = threading.Event()
+        """Set by the first save of a burst (and by stop): the settler's thread goes on."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._remove_listener: Callable[[], None] | None = None
@@ -59,9 +61,16 @@ class Settler:
         """Call ``wake`` once each burst has settled; returns a remover."""
         return self._wakes.add(wake)
 
+    def listen(self) -> Settler:
+        """Note the application's saves, without the thread that acts on them: then
+        :meth:`look` does (what the tests drive on an injected clock)."""
+        if self._remove_listener is None:
+            self._remove_listener = self.app.add_listener(self._saved)
+        return self
+
     def start(self) -> Settler:
         """Note the application's saves and wake the followers after each burst."""
-        self._remove_listener = self.app.add_listener(self._saved)
+        self.listen()
         self._thread = threading.Thread(target=self._run, name="settler", daemon=True)
         self._thread.start()
         return self
@@ -69,18 +78,24 @@ class Settler:
     def _saved(self, _: int) -> None:
         if self._since is None:
             self._since = self.clock()
+            self._burst.set()
 
     def _run(self) -> None:
-        delay = self.settle / 2
-        while not self._stop.wait(delay):
+        while not self._stop.is_set():
+            self._burst.wait()
+            # Cleared before looking: a burst that begins after the look below set it
+            # again, so it is not missed (a burst always sets it while _since is None).
+            self._burst.clear()
             delay = self.look()
+            while delay is not None and not self._stop.wait(delay):
+                delay = self.look()
 
-    def look(self) -> float:
+    def look(self) -> float | None:
         """Wake the followers if a burst began ``settle`` seconds ago or more; returns the
-        seconds until the next look."""
+        seconds until the next look, or None when no burst waits (the next save's)."""
         since = self._since
         if since is None:
-            return self.settle / 2
+            return None
         left = since + self.settle - self.clock()
         if left > 0:
             return left
@@ -88,7 +103,7 @@ class Settler:
         # followers or, if they read before it, starts the next burst.
         self._since = None
         self.wake_all()
-        return self.settle / 2
+        return None
 
     def wake_all(self) -> None:
         """Wake every follower now."""
@@ -97,6 +112,7 @@ class Settler:
     def stop(self) -> None:
         """Stop noting saves and waking followers."""
         self._stop.set()
+        self._burst.set()
         if self._remove_listener is not None:
             self._remove_listener()
         if self._thread is not None:

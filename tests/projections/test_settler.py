@@ -3,6 +3,7 @@ the followers once, ``settle`` seconds after its first save (an injected clock).
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -15,7 +16,6 @@ from tether.events.session import Session
 from tether.projections.follower import Settler
 
 SETTLE = 3600.0
-"""Long enough that the settler's own thread never looks during a test: the test does."""
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def clock() -> Clock:
 
 @pytest.fixture
 def woken(app: TetherApplication, clock: Clock) -> Iterator[tuple[Settler, list[float]]]:
-    settler = Settler(app, SETTLE, clock=clock).start()
+    settler = Settler(app, SETTLE, clock=clock).listen()
     wakes: list[float] = []
     settler.add(lambda: wakes.append(clock.now))
     try:
@@ -58,10 +58,10 @@ def test_a_burst_is_handed_over_once_it_has_settled(
     assert settler.look() == pytest.approx(1.0)  # 1 s before the burst has settled
     assert wakes == []
     clock.now += 1
-    assert settler.look() == SETTLE / 2
+    assert settler.look() is None  # handed over: nothing waits until the next save
     assert wakes == [100.0 + SETTLE]
     clock.now += SETTLE
-    settler.look()
+    assert settler.look() is None
     assert wakes == [100.0 + SETTLE]  # no save since: nobody is woken again
 
 
@@ -83,7 +83,7 @@ def test_a_save_after_the_hand_over_starts_the_next_burst(
 
 def test_after_stop_saves_are_not_noted_and_removed_followers_are_not_woken(
         app: TetherApplication, clock: Clock) -> None:
-    settler = Settler(app, SETTLE, clock=clock).start()
+    settler = Settler(app, SETTLE, clock=clock).listen()
     kept: list[int] = []
     removed: list[int] = []
     settler.add(lambda: kept.append(1))
@@ -97,3 +97,18 @@ def test_after_stop_saves_are_not_noted_and_removed_followers_are_not_woken(
     clock.now += SETTLE
     settler.look()
     assert kept == [1]
+
+
+def test_the_settler_s_own_thread_wakes_after_each_burst_and_stops_when_idle(
+        app: TetherApplication) -> None:
+    """Started, the settler's thread acts on each burst by itself (it sleeps between
+    them, woken by a burst's first save) and ends on stop while it waits for one."""
+    settler = Settler(app, 0.01).start()
+    woken: queue.Queue[str] = queue.Queue()
+    settler.add(lambda: woken.put("woken"))
+    for sid in ("s1", "s2", "s3"):
+        save(app, sid)
+        assert woken.get(timeout=10) == "woken"
+    settler.stop()
+    assert settler._thread is not None and not settler._thread.is_alive()
+    assert woken.empty()
