@@ -86,9 +86,12 @@ class Settler:
             # Cleared before looking: a burst that begins after the look below set it
             # again, so it is not missed (a burst always sets it while _since is None).
             self._burst.clear()
-            delay = self.look()
-            while delay is not None and not self._stop.wait(delay):
+            try:
                 delay = self.look()
+                while delay is not None and not self._stop.wait(delay):
+                    delay = self.look()
+            except Exception:  # a wake-up that failed must not end the wake-ups to come
+                log.exception("settler: waking the followers failed")
 
     def look(self) -> float | None:
         """Wake the followers if a burst began ``settle`` seconds ago or more; returns the

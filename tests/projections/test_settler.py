@@ -112,3 +112,20 @@ def test_the_settler_s_own_thread_wakes_after_each_burst_and_stops_when_idle(
     settler.stop()
     assert settler._thread is not None and not settler._thread.is_alive()
     assert woken.empty()
+
+
+def test_a_wake_up_that_fails_does_not_end_the_ones_to_come(app: TetherApplication) -> None:
+    settler = Settler(app, 0.01).start()
+    woken: queue.Queue[str] = queue.Queue()
+    settler.add(lambda: woken.put("woken"))
+
+    def broken() -> None:
+        raise RuntimeError("a follower that cannot be woken")
+
+    settler.add(broken)
+    try:
+        for sid in ("s1", "s2"):
+            save(app, sid)
+            assert woken.get(timeout=10) == "woken"
+    finally:
+        settler.stop()
