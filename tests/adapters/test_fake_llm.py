@@ -292,7 +292,8 @@ def test_command_serves_until_interrupted(tmp_path: Path) -> None:
     script.write_text("responses:\n  - blocks: [{text: from the command}]\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tether.adapters.fake_llm", "--script", str(script), "--quiet"],
+        [sys.executable, "-X", "faulthandler", "-m", "tether.adapters.fake_llm", "--script",
+         str(script), "--quiet"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -309,7 +310,12 @@ def test_command_serves_until_interrupted(tmp_path: Path) -> None:
         assert _text_of(_sse(conn.getresponse().read())) == "from the command"
         conn.close()
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=10)
+        try:
+            _, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # faulthandler prints where each thread is
+            _, err = proc.communicate(timeout=10)
+            pytest.fail(f"the stand-in did not stop within 10 s of SIGINT:\n{err[-6000:]}")
         assert proc.returncode == 0, err
         assert "Traceback" not in err
     finally:
