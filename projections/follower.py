@@ -114,12 +114,7 @@ class Settler:
 
     def stop(self) -> None:
         """Stop noting saves and waking followers."""
-        self._stop.set()
-        self._burst.set()
-        if self._remove_listener is not None:
-            self._remove_listener()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        _end(self._stop, self._burst, self._remove_listener, self._thread)
 
 
 class Follower:
@@ -189,9 +184,16 @@ class Follower:
 
     def stop(self) -> None:
         """Stop following (the position stays recorded by the consumer)."""
-        self._stop.set()
-        self._wake.set()
-        if self._remove_listener is not None:
-            self._remove_listener()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        _end(self._stop, self._wake, self._remove_listener, self._thread)
+
+
+def _end(stop: threading.Event, wake: threading.Event, remove: Callable[[], None] | None,
+         thread: threading.Thread | None) -> None:
+    """End a waking thread: tell it to stop, wake it from its wait, stop what woke it,
+    and wait for it (at most 10 s)."""
+    stop.set()
+    wake.set()
+    if remove is not None:
+        remove()
+    if thread is not None:
+        thread.join(timeout=10)

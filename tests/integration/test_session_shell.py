@@ -82,6 +82,24 @@ def test_what_a_replaced_model_call_sends_back_is_dropped(
     assert "boom" in failed.text
 
 
+def _fail_a_prompt_read(monkeypatch: pytest.MonkeyPatch, armed: bool = True) -> list[bool]:
+    """Make the session's decision of the next workspace read (the prompt, read for a
+    message) raise once it has decided, as a bug there would; returns the switch (armed
+    while it holds an item)."""
+    real = session_actor.decide
+    switch = [True] if armed else []
+
+    def decide_failing_once(state: Any, message: Any, now: Any) -> Any:
+        outcome = real(state, message, now)  # what it recorded is then dropped
+        if isinstance(message, WorkspaceRead) and switch:
+            switch.clear()
+            raise RuntimeError("a bug in building the prompt")
+        return outcome
+
+    monkeypatch.setattr(session_actor, "decide", decide_failing_once)
+    return switch
+
+
 def test_a_decision_that_fails_keeps_what_the_chain_decided_before_it(
     monkeypatch: pytest.MonkeyPatch,
     database_url: str,
@@ -89,17 +107,7 @@ def test_a_decision_that_fails_keeps_what_the_chain_decided_before_it(
     make_host: Callable[..., Host],
     watch_channel: Callable[..., Any],
 ) -> None:
-    real = session_actor.decide
-    failed: list[WorkspaceRead] = []
-
-    def decide_failing_once(state: Any, message: Any, now: Any) -> Any:
-        outcome = real(state, message, now)
-        if isinstance(message, WorkspaceRead) and not failed:
-            failed.append(message)  # the prompt was read for the message: a bug here,
-            raise RuntimeError("a bug in building the prompt")  # once it set the prompt
-        return outcome
-
-    monkeypatch.setattr(session_actor, "decide", decide_failing_once)
+    _fail_a_prompt_read(monkeypatch)
     host = make_host(fake_llm(SLOW), database_url=database_url)
     channel = watch_channel(host, "test")
     sid = say(host, "remember this message")  # accepted: it was stored
@@ -119,16 +127,7 @@ def test_the_events_a_failed_chain_keeps_are_snapshotted_like_any_other(
     make_host: Callable[..., Host],
     watch_channel: Callable[..., Any],
 ) -> None:
-    real = session_actor.decide
-    armed: list[bool] = []
-
-    def decide_failing_once(state: Any, message: Any, now: Any) -> Any:
-        if isinstance(message, WorkspaceRead) and armed:
-            armed.clear()
-            raise RuntimeError("a bug in building the prompt")
-        return real(state, message, now)
-
-    monkeypatch.setattr(session_actor, "decide", decide_failing_once)
+    armed = _fail_a_prompt_read(monkeypatch, armed=False)
     host = make_host(fake_llm('responses:\n  - blocks: [{text: "hi"}]\n'),
                      middleware=MiddlewareSettings(rate_per_minute=1e6, burst=1_000_000))
     channel = watch_channel(host, "test")
