@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
 
+from tether.events.application import TetherApplication
 from tether.events.inbox import RefusedMessage
 from tether.events.session import Session
 from tether.projections.tables import Change, Row, Table, Update
@@ -121,6 +122,15 @@ class AuditIndex(TrackedView):
     NAME = "AuditIndex"
     TABLES = (CALLS, ASKERS, REFUSALS, CONTAINMENT)
 
+    def __init__(self, app: TetherApplication, env: dict[str, str]) -> None:
+        super().__init__(app, env)
+        self._askers: dict[str, Row] = {}
+        """The askers of the batch being applied, by session: not committed yet."""
+
+    def consume(self, notifications: Sequence[Any]) -> None:
+        self._askers = {}
+        super().consume(notifications)
+
     def changes(self, event: Any, position: int) -> list[Change]:
         if isinstance(event, RefusedMessage.Event):
             e_: Any = event
@@ -135,6 +145,7 @@ class AuditIndex(TrackedView):
         match event:
             case Session.UserMessageReceived():
                 asker = {"session_id": sid, "user_name": event.user, "channel": event.channel}
+                self._askers[sid] = asker
                 return [Change(ASKERS.name, (sid,), lambda _row: asker)]
             case Session.ToolCallProposed():
                 return [Change(CALLS.name, (sid, event.call_id),
@@ -165,7 +176,7 @@ class AuditIndex(TrackedView):
     def _proposed(self, event: Session.ToolCallProposed, sid: str, at: str,
                   position: int) -> Callable[[Row | None], Row]:
         """The call's row as proposed, naming who asked for the session's turn."""
-        asked = self.recorder_row(ASKERS.name, (sid,)) or {}
+        asked = self._askers.get(sid) or self.recorder_row(ASKERS.name, (sid,)) or {}
 
         def propose(current: Row | None) -> Row:
             return {
@@ -178,54 +189,11 @@ class AuditIndex(TrackedView):
             }
 
         return propose
-        name = type(event).__name__
-        e: Any = event
-        if name == "Created":
-            return []
-        sid = self.app.session_id_of(e) or ""
-        at = _stamp(e)
-        if name == "UserMessageReceived":
-            asker = {"session_id": sid, "user_name": e.user, "channel": e.channel}
-            return [Change(ASKERS.name, (sid,), lambda _row: asker)]
-        if name == "ToolCallProposed":
-            asked = self.recorder_row(ASKERS.name, (sid,))
-
-            def propose(current: Row | None) -> Row:
-                who = asked or {}
-                return {
-                    "session_id": sid, "call_id": e.call_id,
-                    "user_name": who.get("user_name", ""), "channel": who.get("channel", ""),
-                    "tool": e.tool, "input_summary": summarize(e.tool_input),
-                    "action_hash": e.action_hash, "verdict": "", "tier": "", "reason": "",
-                    "approver": "", "outcome": "pending", "proposed_at": at,
-                    "decided_at": "", "finished_at": "", "position": position,
-                }
-
-            return [Change(CALLS.name, (sid, e.call_id), propose)]
-        if name == "ToolCallDecided":
-            approver = "user" if e.tier == "human" else e.tier
-            return [Change(CALLS.name, (sid, e.call_id), _set(
-                verdict=e.decision, tier=e.tier, reason=e.reason, approver=approver,
-                decided_at=at))]
-        if name == "ToolCallStarted":
-            described = e.sandbox.describe() if e.sandbox is not None else "no process"
-            row = {"session_id": sid, "call_id": e.call_id, "sandbox": described}
-            return [Change(CALLS.name, (sid, e.call_id), _set(outcome="running")),
-                    Change(CONTAINMENT.name, (sid, e.call_id), lambda _row: row)]
-        if name == "ToolCallInterrupted":
-            return [Change(CALLS.name, (sid, e.call_id), _set(
-                outcome="interrupted (outcome unknown)", finished_at=at))]
-        if name == "ToolCallExecuted":
-            outcome = "failed" if e.is_error else "executed"
-            return [Change(CALLS.name, (sid, e.call_id), _set(outcome=outcome, finished_at=at))]
-        if name == "ToolCallRefused":
-            return [Change(CALLS.name, (sid, e.call_id), _set(outcome="refused",
-                                                              finished_at=at))]
-        return []
 
     def recorder_row(self, table: str, key: tuple[Any, ...]) -> Row | None:
         """A row as stored now (read outside the applying transaction: the asker row of a
-        session is always written by an earlier event, so it is already committed)."""
+        session is written by an earlier event, committed by an earlier batch or planned
+        in this one)."""
         names = {t.name: t for t in self.TABLES}
         where = dict(zip(names[table].key, key, strict=True))
         rows = self.rows(table, where)

@@ -5,7 +5,8 @@ the library (SQLite or PostgreSQL) that also owns those tables. :meth:`apply` wr
 tracking record first and then every row change in the same transaction: taking the
 write lock before reading means another process's commit cannot invalidate what was read
 (SQLite would answer "database is locked" to a read-then-write in a plain ``BEGIN``), and
-a position already applied raises ``IntegrityError`` and changes nothing.
+a position already applied raises ``IntegrityError`` and changes nothing. A batch of
+positions (:meth:`apply_all`) is one transaction: one commit for all of them.
 """
 
 from __future__ import annotations
@@ -70,14 +71,29 @@ class _Common:
 
     def apply(self, changes: Sequence[Change], tracking: Tracking) -> None:
         """Record ``tracking`` and apply ``changes`` in one transaction."""
+        self.apply_all([(changes, tracking)])
+
+    def apply_all(self, batch: Sequence[tuple[Sequence[Change], Tracking]]) -> None:
+        """Record each tracking record and apply its changes, in order, all in one
+        transaction: if one position was applied already, nothing is.
+
+        With the library's single-row tracking (its default, and Tether's), a tracking
+        record is refused when its position is not past the one recorded, so recording
+        the batch's first position refuses a batch any of which was applied, and its
+        last records the whole batch: the positions between need no record of their own.
+        """
+        every = not self.datastore.single_row_tracking
+        last = len(batch) - 1
         with self.datastore.transaction(commit=True) as c:
-            self._insert_tracking(c, tracking)  # first: see the module docstring
-            for change in changes:
-                table = self._table(change.table)
-                current = self._select(c, table, change.key)
-                row = change.update(current)
-                if row is not None:
-                    self._upsert(c, table, row)
+            for i, (changes, tracking) in enumerate(batch):
+                if every or i in (0, last):
+                    self._insert_tracking(c, tracking)  # first: see the module docstring
+                for change in changes:
+                    table = self._table(change.table)
+                    current = self._select(c, table, change.key)
+                    row = change.update(current)
+                    if row is not None:
+                        self._upsert(c, table, row)
 
     def rows(self, table_name: str, where: Row | None = None, order: str = "") -> list[Row]:
         """Rows of a table, optionally filtered by equal column values and ordered by the

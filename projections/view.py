@@ -2,8 +2,9 @@
 
 Subclasses declare ``NAME`` and ``TABLES`` and implement :meth:`TrackedView.changes` (pure:
 the row changes one domain event makes). The base class builds the recorder for the
-store in use, reports its position, and applies each notification with its tracking
-record in one transaction; a position already applied is skipped.
+store in use, reports its position, and applies a batch of notifications with their
+tracking records in one transaction (one commit per batch, not per event); a position
+already applied is skipped.
 
 An event the view cannot make a change of (it does not decode, the view's code fails on
 it, or the store refuses its values, say a key too long to index) is passed over: logged
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from eventsourcing.domain import EventSourcingError
@@ -27,7 +29,6 @@ from eventsourcing.persistence import (
     DataError,
     InfrastructureFactory,
     IntegrityError,
-    MapperDeserialisationError,
     Tracking,
 )
 from eventsourcing.utils import Environment
@@ -88,34 +89,52 @@ class TrackedView:
         return int(self.recorder.max_tracking_id(APPLICATION) or 0)
 
     def consume(self, notifications: Sequence[Any]) -> None:
-        """Apply a batch of notifications, each exactly once (an event no change can be
-        made of is passed over; a store that fails raises)."""
-        for notification in notifications:
-            tracking = Tracking(APPLICATION, notification.id)
-            try:
-                domain_event = self.app.mapper.to_domain_event(notification)
-                self.recorder.apply(self.changes(domain_event, notification.id), tracking)
-            except IntegrityError:
-                continue  # already applied (another follower got there first)
-            except MapperDeserialisationError as exc:
-                self._pass_over(notification, tracking, exc)
-            except EventSourcingError as exc:
-                if not _caused_by_the_event(exc):
-                    raise  # the store or its connections failed: not this event's doing
-                self._pass_over(notification, tracking, exc)
-            except Exception as exc:  # the view's own code failed on this event
-                self._pass_over(notification, tracking, exc)
+        """Apply a batch of notifications, each exactly once, in one transaction (an event
+        no change can be made of is passed over; a store that fails raises). When the
+        batch cannot be applied whole (a position already applied, an event whose values
+        the store refuses), it is applied one notification at a time."""
+        planned = [self._plan(notification) for notification in notifications]
+        try:
+            self.recorder.apply_all([(p.changes, p.tracking) for p in planned])
+        except EventSourcingError as exc:
+            if not isinstance(exc, IntegrityError) and not _caused_by_the_event(exc):
+                raise  # the store or its connections failed: not this batch's doing
+            # else another follower applied some, or the store refused one event's values
+        except Exception:
+            pass  # the view's code failed on one event's row: one at a time finds which
+        else:
+            for p in planned:
+                p.log_if_passed_over(self.NAME)
+            return
+        for p in planned:
+            self._apply_one(p)
 
-    def _pass_over(self, notification: Any, tracking: Tracking, error: Exception) -> None:
-        log.error("%s: passed over the event at position %d (%s of %s): %s: %s",
-                  self.NAME, notification.id, notification.topic, notification.originator_id,
-                  type(error).__name__, error, exc_info=error)
-        row = {"position": notification.id, "topic": notification.topic,
-               "originator": str(notification.originator_id),
-               "error": f"{type(error).__name__}: {error}"[:1000]}
+    def _plan(self, notification: Any) -> _Planned:
+        tracking = Tracking(APPLICATION, notification.id)
+        try:
+            domain_event = self.app.mapper.to_domain_event(notification)
+            return _Planned(notification, tracking, self.changes(domain_event, notification.id))
+        except Exception as exc:  # it does not decode, or the view's own code failed on it
+            return _Planned.passing_over(notification, tracking, exc)
+
+    def _apply_one(self, p: _Planned) -> None:
+        try:
+            self.recorder.apply(p.changes, p.tracking)
+        except IntegrityError:
+            return  # already applied (another follower got there first)
+        except EventSourcingError as exc:
+            if not _caused_by_the_event(exc):
+                raise
+            p = self._record_passing_over(p, exc)
+        except Exception as exc:  # the view's own code failed on this event's row
+            p = self._record_passing_over(p, exc)
+        p.log_if_passed_over(self.NAME)
+
+    def _record_passing_over(self, p: _Planned, error: Exception) -> _Planned:
+        passing = _Planned.passing_over(p.notification, p.tracking, error)
         with contextlib.suppress(IntegrityError):  # another follower got there first
-            self.recorder.apply([Change(PASSED_OVER.name, (notification.id,), lambda _: row)],
-                                tracking)
+            self.recorder.apply(passing.changes, passing.tracking)
+        return passing
 
     def passed_over(self) -> list[Row]:
         """The events this view passed over (position, topic, originator, error), oldest
@@ -130,3 +149,30 @@ class TrackedView:
     def close(self) -> None:
         """Release the view's database connections."""
         self.factory.close()
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """What one notification changes in a view: its changes, or the record that it was
+    passed over (``error``)."""
+
+    notification: Any
+    tracking: Tracking
+    changes: Sequence[Change]
+    error: Exception | None = None
+
+    @classmethod
+    def passing_over(cls, notification: Any, tracking: Tracking, error: Exception
+                     ) -> _Planned:
+        row = {"position": notification.id, "topic": notification.topic,
+               "originator": str(notification.originator_id),
+               "error": f"{type(error).__name__}: {error}"[:1000]}
+        return cls(notification, tracking,
+                   [Change(PASSED_OVER.name, (notification.id,), lambda _: row)], error)
+
+    def log_if_passed_over(self, view: str) -> None:
+        if self.error is not None:
+            n = self.notification
+            log.error("%s: passed over the event at position %d (%s of %s): %s: %s",
+                      view, n.id, n.topic, n.originator_id, type(self.error).__name__,
+                      self.error, exc_info=self.error)

@@ -146,6 +146,27 @@ class ViewRecorderContract:
         assert passed["topic"].endswith("UserMessageReceived")
         assert any(f"position {notes[1].id}" in r.getMessage() for r in caplog.records)
 
+    def test_a_batch_partly_applied_already_applies_the_rest_once(
+            self, view: TrackedView) -> None:
+        view.app.save(a_session())
+        notes = view.app.recorder.select_notifications(start=1, limit=100)
+        view.consume(notes[:2])
+        view.consume(notes)  # a follower that read its batch before another applied some
+        assert view.rows(COUNTS.name) == [{"name": "Session", "n": 3}]
+        assert view.position() == notes[-1].id
+
+    def test_a_row_the_view_cannot_make_is_passed_over_and_the_rest_applied(
+            self, view: TrackedView) -> None:
+        view.app.save(a_session())
+        notes = view.app.recorder.select_notifications(start=1, limit=100)
+        failing = _FailingRow.__new__(_FailingRow)
+        vars(failing).update(vars(view))
+        failing.consume(notes)  # one batch: its one transaction cannot hold them all
+        assert view.rows(COUNTS.name) == [{"name": "Session", "n": 2}]
+        assert view.position() == notes[-1].id
+        [passed] = view.passed_over()
+        assert passed["position"] == notes[1].id and "no row for this" in passed["error"]
+
     def test_a_store_that_fails_is_not_passed_over(self, view: TrackedView) -> None:
         view.app.save(a_session())
         notes = view.app.recorder.select_notifications(start=1, limit=100)
@@ -204,6 +225,20 @@ class _Choosy(Counter):
     """A counter whose code fails on one kind of event."""
 
     def changes(self, domain_event: Any, position: int) -> list[Change]:
-        if type(domain_event).__name__ == "UserMessageReceived":
+        if isinstance(domain_event, Session.UserMessageReceived):
             raise ValueError("cannot count this one")
         return super().changes(domain_event, position)
+
+
+class _FailingRow(Counter):
+    """A counter whose row update fails (inside the applying transaction) on one kind of
+    event."""
+
+    def changes(self, domain_event: Any, position: int) -> list[Change]:
+        if not isinstance(domain_event, Session.UserMessageReceived):
+            return super().changes(domain_event, position)
+
+        def fail(row: Row | None) -> Row:
+            raise ValueError("no row for this")
+
+        return [Change(COUNTS.name, ("Session",), fail)]
