@@ -12,7 +12,6 @@ The tools come in groups (:data:`TOOL_GROUPS`) so a session can load them lazily
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, tzinfo
@@ -42,6 +41,10 @@ from tether.adapters.tools.search import SearchTools
 from tether.adapters.tools.shell import NO_SANDBOX, ShellTools, Unconfined
 
 _Run = Callable[[Any, str, Grant], ToolOutput]
+
+_ENCODED = [(d["name"], msgspec.json.encode(d)) for d in DEFINITIONS]
+"""Each definition's JSON: decoding it makes a fresh copy several times faster than a
+deep copy (a copy is made for every model call)."""
 
 
 def _judged(grant: Grant) -> str:
@@ -133,7 +136,7 @@ class BuiltinTools(FileTools, SearchTools, ShellTools):
         unknown group raises ``ValueError`` naming the known ones.
         """
         if groups is None:
-            return copy.deepcopy(DEFINITIONS)
+            return [msgspec.json.decode(encoded) for _, encoded in _ENCODED]
         wanted = [groups] if isinstance(groups, str) else list(groups)
         unknown = [g for g in wanted if g not in TOOL_GROUPS]
         if unknown:
@@ -142,7 +145,7 @@ class BuiltinTools(FileTools, SearchTools, ShellTools):
                 f"known groups: {', '.join(TOOL_GROUPS)}"
             )
         names = {name for group in wanted for name in TOOL_GROUPS[group]}
-        return [copy.deepcopy(d) for d in DEFINITIONS if d["name"] in names]
+        return [msgspec.json.decode(encoded) for name, encoded in _ENCODED if name in names]
 
     def execute(
         self, name: str, tool_input: dict[str, Any], workspace: str, grant: Grant | None = None
