@@ -128,6 +128,8 @@ class AuditIndex(TrackedView):
         """The askers of the batch being applied, by session: not committed yet."""
 
     def consume(self, notifications: Sequence[Any]) -> None:
+        """As :meth:`TrackedView.consume`; one batch at a time per instance (its follower
+        holds a lock; another process opens its own)."""
         self._askers = {}
         super().consume(notifications)
 

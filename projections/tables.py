@@ -11,6 +11,7 @@ positions (:meth:`apply_all`) is one transaction: one commit for all of them.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -81,8 +82,12 @@ class _Common:
         record is refused when its position is not past the one recorded, so recording
         the batch's first position refuses a batch any of which was applied, and its
         last records the whole batch: the positions between need no record of their own.
+        A batch whose positions do not rise (repeated, out of order) records each, so it
+        is refused whole.
         """
-        every = not self.datastore.single_row_tracking
+        positions = [tracking.notification_id for _, tracking in batch]
+        every = not self.datastore.single_row_tracking or any(
+            later <= earlier for earlier, later in itertools.pairwise(positions))
         last = len(batch) - 1
         with self.datastore.transaction(commit=True) as c:
             for i, (changes, tracking) in enumerate(batch):

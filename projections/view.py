@@ -18,7 +18,6 @@ to be tried again.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from eventsourcing.persistence import (
     DataError,
     InfrastructureFactory,
     IntegrityError,
+    MapperDeserialisationError,
     Tracking,
 )
 from eventsourcing.utils import Environment
@@ -114,7 +114,13 @@ class TrackedView:
         try:
             domain_event = self.app.mapper.to_domain_event(notification)
             return _Planned(notification, tracking, self.changes(domain_event, notification.id))
-        except Exception as exc:  # it does not decode, or the view's own code failed on it
+        except MapperDeserialisationError as exc:  # it does not decode
+            return _Planned.passing_over(notification, tracking, exc)
+        except EventSourcingError as exc:  # a read of the store failed (changes() may read)
+            if not _caused_by_the_event(exc):
+                raise
+            return _Planned.passing_over(notification, tracking, exc)
+        except Exception as exc:  # the view's own code failed on it
             return _Planned.passing_over(notification, tracking, exc)
 
     def _apply_one(self, p: _Planned) -> None:
@@ -125,16 +131,19 @@ class TrackedView:
         except EventSourcingError as exc:
             if not _caused_by_the_event(exc):
                 raise
-            p = self._record_passing_over(p, exc)
+            self._record_passing_over(p, exc)
         except Exception as exc:  # the view's own code failed on this event's row
-            p = self._record_passing_over(p, exc)
-        p.log_if_passed_over(self.NAME)
+            self._record_passing_over(p, exc)
+        else:
+            p.log_if_passed_over(self.NAME)
 
-    def _record_passing_over(self, p: _Planned, error: Exception) -> _Planned:
+    def _record_passing_over(self, p: _Planned, error: Exception) -> None:
         passing = _Planned.passing_over(p.notification, p.tracking, error)
-        with contextlib.suppress(IntegrityError):  # another follower got there first
+        try:
             self.recorder.apply(passing.changes, passing.tracking)
-        return passing
+        except IntegrityError:
+            return  # another follower got there first (and said so)
+        passing.log_if_passed_over(self.NAME)
 
     def passed_over(self) -> list[Row]:
         """The events this view passed over (position, topic, originator, error), oldest

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from eventsourcing.domain import EventSourcingError
-from eventsourcing.persistence import IntegrityError, Tracking
+from eventsourcing.persistence import IntegrityError, OperationalError, Tracking
 
 from tether.adapters.config import Settings
 from tether.adapters.store import open_application, open_view
@@ -167,6 +167,26 @@ class ViewRecorderContract:
         [passed] = view.passed_over()
         assert passed["position"] == notes[1].id and "no row for this" in passed["error"]
 
+    def test_a_batch_that_repeats_a_position_applies_it_once(
+            self, view: TrackedView) -> None:
+        view.app.save(a_session())
+        notes = view.app.recorder.select_notifications(start=1, limit=100)
+        view.consume([notes[0], notes[1], notes[1], notes[2]])
+        assert view.rows(COUNTS.name) == [{"name": "Session", "n": 3}]
+        assert view.position() == notes[-1].id
+
+    def test_a_store_read_that_fails_while_planning_is_not_passed_over(
+            self, view: TrackedView) -> None:
+        view.app.save(a_session())
+        notes = view.app.recorder.select_notifications(start=1, limit=100)
+        reading = _FailingRead.__new__(_FailingRead)
+        vars(reading).update(vars(view))  # changes() reads the store, which fails once
+        with pytest.raises(OperationalError):
+            reading.consume(notes)
+        assert view.passed_over() == [] and view.position() == 0  # raised, to be tried again
+        view.consume(notes)
+        assert view.rows(COUNTS.name) == [{"name": "Session", "n": 3}]
+
     def test_a_store_that_fails_is_not_passed_over(self, view: TrackedView) -> None:
         view.app.save(a_session())
         notes = view.app.recorder.select_notifications(start=1, limit=100)
@@ -242,3 +262,13 @@ class _FailingRow(Counter):
             raise ValueError("no row for this")
 
         return [Change(COUNTS.name, ("Session",), fail)]
+
+
+class _FailingRead(Counter):
+    """A counter whose ``changes`` reads the store (as the views' session lookups do),
+    and the read fails: the store's fault, not the event's."""
+
+    def changes(self, domain_event: Any, position: int) -> list[Change]:
+        if isinstance(domain_event, Session.UserMessageReceived):
+            raise OperationalError("database is locked")
+        return super().changes(domain_event, position)
