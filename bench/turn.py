@@ -48,6 +48,7 @@ from tether.actors.runtime import ask
 from tether.adapters.anthropic_provider import AnthropicProvider
 from tether.adapters.config import load_settings
 from tether.adapters.fake_llm import FakeLLM, parse_script
+from tether.adapters.heap import freeze_startup_objects
 from tether.adapters.host import Host
 from tether.events.codec import Decoder
 from tether.events.messages import Accepted, ChannelMessage, UserMessage
@@ -101,6 +102,7 @@ class _Engine:
         unlimited = MiddlewareSettings(rate_per_minute=1e9, burst=1_000_000)
         self.host = Host(msgspec.structs.replace(settings, middleware=unlimited),
                          provider=AnthropicProvider(None, self.llm.base_url)).start()
+        freeze_startup_objects()  # as `tether serve` does once its engine has started
         self.notices: queue.Queue[ChannelMessage] = queue.Queue()
         decoder: Decoder[ChannelMessage] = Decoder(ChannelMessage)
         self.sub = self.host.bus.subscribe(self.host.subjects.channel_out("bench"),

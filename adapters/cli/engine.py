@@ -23,6 +23,7 @@ from tether.adapters.config import (
     load_settings_with_sources,
     render_settings,
 )
+from tether.adapters.heap import freeze_startup_objects
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -71,6 +72,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     provider = provider_of(settings)
     host = Host(settings, provider=provider, serve_http=True)
     host.start()
+    freeze_startup_objects()  # the engine lives as long as the process
     try:
         from tether.adapters.sandbox import render_report
 
@@ -110,6 +112,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         from tether.adapters.host import Host
 
         host = Host(settings, provider=provider_of(settings)).start()
+        freeze_startup_objects()
         bus, subjects, close = host.bus, host.subjects, host.stop
     read_message, read_answer = line_readers(
         os.path.join(settings.state_dir, "chat_history"), {**COMMANDS, **CHAT_ONLY})
