@@ -9,7 +9,9 @@ holds everything; a ``?schema=`` parameter puts it all in one schema.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import TypeVar
 
 from tether.adapters.config import Settings, postgres_env, sqlite_path
@@ -54,11 +56,40 @@ V = TypeVar("V", bound=TrackedView)
 def open_view(kind: type[V], app: TetherApplication, settings: Settings, purpose: str) -> V:
     """A read model of ``kind`` over ``app``, in its own SQLite file (``events-<purpose>``)
     or its own PostgreSQL tables."""
-    return kind(app, {**store_env(settings, purpose), "CREATE_TABLE": "true"})
+    with _one_at_a_time(settings):
+        return kind(app, {**store_env(settings, purpose), "CREATE_TABLE": "true"})
 
 
 def open_application(settings: Settings) -> TetherApplication:
     """The event-sourced application for these settings (tables created if missing)."""
     env = store_env(settings)
     env["CREATE_TABLE"] = "true"
-    return TetherApplication(env=env)
+    with _one_at_a_time(settings):
+        return TetherApplication(env=env)
+
+
+CREATING_TABLES = 0x7465746865720001
+"""The PostgreSQL advisory lock (a bigint: "tether" and 1) held while tables are made."""
+
+
+@contextlib.contextmanager
+def _one_at_a_time(settings: Settings) -> Iterator[None]:
+    """Make the tables of one store at a time across processes: on PostgreSQL, under a
+    session advisory lock of the database. Its ``CREATE TABLE IF NOT EXISTS`` and ``CREATE
+    OR REPLACE FUNCTION`` are not safe from two sessions at once: processes opening the
+    store together (an engine starting while a command reads, two engines) failed with a
+    duplicate key in its catalogue or "tuple concurrently updated". SQLite serialises them
+    itself."""
+    if not is_postgres(settings):
+        yield
+        return
+    import psycopg
+
+    env = postgres_env(settings.database_url)
+    with psycopg.connect(
+        dbname=env["POSTGRES_DBNAME"], host=env["POSTGRES_HOST"], port=env["POSTGRES_PORT"],
+        user=env["POSTGRES_USER"], password=env["POSTGRES_PASSWORD"] or None,
+        connect_timeout=int(env.get("POSTGRES_CONNECT_TIMEOUT") or 30), autocommit=True,
+    ) as connection:
+        connection.execute("SELECT pg_advisory_lock(%s)", (CREATING_TABLES,))
+        yield  # the lock goes with the connection

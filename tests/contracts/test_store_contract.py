@@ -9,6 +9,7 @@ own recorder test cases are meant to be used.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -36,6 +37,10 @@ def a_session(sid: str = "contract") -> Session:
 class EventStoreContract:
     """What Tether needs of an event store: typed round trips, optimistic concurrency,
     notifications in order, listeners told after each save, historical versions."""
+
+    @pytest.fixture
+    def settings(self) -> Settings:
+        raise NotImplementedError
 
     @pytest.fixture
     def app(self) -> TetherApplication:
@@ -70,6 +75,19 @@ class EventStoreContract:
         assert len(notes) == 9 and told == [notes[2].id, notes[5].id, notes[8].id]
         assert app.max_notification_id() == notes[-1].id
 
+    def test_processes_opening_it_at_once_all_open_it(self, settings: Settings) -> None:
+        # An engine starting while a command reads, or two engines: each opens the store
+        # (and makes its tables if missing) on its own connections, as threads do here.
+        for round_ in ("tables made by the first", "tables there already"):
+            opened, failed = _open_at_once(settings, 6)
+            try:
+                assert failed == [], round_
+                opened[0].save(a_session(round_))
+                assert opened[-1].session(round_) is not None
+            finally:
+                for application in opened:
+                    application.close()
+
     def test_an_earlier_version_is_a_replay_up_to_it(self, app: TetherApplication) -> None:
         app.save(a_session())
         early = app.session("contract", version=2)
@@ -77,6 +95,29 @@ class EventStoreContract:
         beyond = app.session("contract", version=99)  # past the end: as it stands
         assert beyond is not None and beyond == app.session("contract")
         assert app.session("missing") is None
+
+
+def _open_at_once(settings: Settings, n: int) -> tuple[list[TetherApplication],
+                                                      list[Exception]]:
+    """Open the application from ``n`` threads at the same moment: those opened, and
+    what the others raised."""
+    opened: list[TetherApplication] = []
+    failed: list[Exception] = []
+    together = threading.Barrier(n)
+
+    def open_it() -> None:
+        together.wait()
+        try:
+            opened.append(open_application(settings))
+        except Exception as exc:
+            failed.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return opened, failed
 
 
 COUNTS = Table("counts", (("name", "text"), ("n", "int")), key=("name",))
