@@ -12,11 +12,13 @@ positions (:meth:`apply_all`) is one transaction: one commit for all of them.
 from __future__ import annotations
 
 import itertools
+import sqlite3
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
-from eventsourcing.persistence import Tracking
+import psycopg
+from eventsourcing.persistence import DataError, Tracking
 from eventsourcing.postgres import PostgresTrackingRecorder
 from eventsourcing.sqlite import SQLiteTrackingRecorder
 from psycopg.sql import SQL, Composed, Identifier
@@ -58,6 +60,16 @@ class Change(msgspec.Struct, frozen=True):
     update: Update
 
 
+class RowRefused(DataError):
+    """A table of the view refused a row an event made (a constraint: a key PostgreSQL
+    will not hold, say). The event's doing, not the store's, so it is passed over; taken
+    for the tracking record's refusal (the position applied already), it would be lost
+    without a word."""
+
+
+_BY_A_CONSTRAINT = (sqlite3.IntegrityError, psycopg.IntegrityError)
+
+
 class _Common:
     """What the SQLite and PostgreSQL recorders share."""
 
@@ -95,10 +107,14 @@ class _Common:
                     self._insert_tracking(c, tracking)  # first: see the module docstring
                 for change in changes:
                     table = self._table(change.table)
-                    current = self._select(c, table, change.key)
-                    row = change.update(current)
-                    if row is not None:
-                        self._upsert(c, table, row)
+                    try:
+                        current = self._select(c, table, change.key)
+                        row = change.update(current)
+                        if row is not None:
+                            self._upsert(c, table, row)
+                    except _BY_A_CONSTRAINT as exc:
+                        raise RowRefused(f"{table.name} refused the row of key "
+                                         f"{change.key!r}: {exc}") from exc
 
     def rows(self, table_name: str, where: Row | None = None, order: str = "") -> list[Row]:
         """Rows of a table, optionally filtered by equal column values and ordered by the
