@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -111,6 +112,15 @@ def test_definitions_of_chosen_groups(tools: BuiltinTools) -> None:
     assert tools.definitions(None) == tools.definitions()
     with pytest.raises(ValueError, match=r"unknown tool group 'web'; known groups: files, "):
         tools.definitions(["files", "web"])
+
+
+def test_each_call_gets_its_own_copy_of_the_definitions(tools: BuiltinTools) -> None:
+    first = json.loads(json.dumps(tools.definitions()[0]))  # as sent before any change
+    for groups in (None, ["files"]):
+        given = tools.definitions(groups)
+        given[0]["input_schema"]["properties"].clear()  # a caller that changes its copy
+        given[0]["name"] = "changed"
+        assert tools.definitions(groups)[0] == first
 
 
 # --- write_file / read_file ---------------------------------------------------------------

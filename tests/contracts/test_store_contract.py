@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from eventsourcing.domain import EventSourcingError
@@ -120,6 +120,22 @@ def _open_at_once(settings: Settings, n: int) -> tuple[list[TetherApplication],
     return opened, failed
 
 
+def _saved_session_notes(view: TrackedView) -> list[Any]:
+    """Save a session's three events; their notifications, in order."""
+    view.app.save(a_session())
+    return list(view.app.recorder.select_notifications(start=1, limit=100))
+
+
+W = TypeVar("W", bound=TrackedView)
+
+
+def _as(kind: type[W], view: TrackedView) -> W:
+    """``view`` (its application and recorder) with the changes of ``kind``."""
+    other = kind.__new__(kind)
+    vars(other).update(vars(view))
+    return other
+
+
 COUNTS = Table("counts", (("name", "text"), ("n", "int")), key=("name",))
 
 
@@ -165,8 +181,7 @@ class ViewRecorderContract:
         assert view.rows(COUNTS.name) == [] and view.position() == 0
 
     def test_consume_applies_each_notification_once(self, view: TrackedView) -> None:
-        view.app.save(a_session())
-        notes = view.app.recorder.select_notifications(start=1, limit=100)
+        notes = _saved_session_notes(view)
         view.consume(notes)
         view.consume(notes)  # again, as a second follower would
         assert view.rows(COUNTS.name) == [{"name": "Session", "n": 3}]
@@ -174,10 +189,8 @@ class ViewRecorderContract:
 
     def test_an_event_no_change_can_be_made_of_is_passed_over_and_said(
             self, view: TrackedView, caplog: pytest.LogCaptureFixture) -> None:
-        view.app.save(a_session())
-        notes = view.app.recorder.select_notifications(start=1, limit=100)
-        choosy = _Choosy.__new__(_Choosy)
-        vars(choosy).update(vars(view))  # the same recorder, failing on one event
+        notes = _saved_session_notes(view)
+        choosy = _as(_Choosy, view)  # the same recorder, failing on one event
         with caplog.at_level(logging.ERROR, logger="tether.projections.view"):
             choosy.consume(notes)
         assert view.rows(COUNTS.name) == [{"name": "Session", "n": 2}]
@@ -189,8 +202,7 @@ class ViewRecorderContract:
 
     def test_a_batch_partly_applied_already_applies_the_rest_once(
             self, view: TrackedView) -> None:
-        view.app.save(a_session())
-        notes = view.app.recorder.select_notifications(start=1, limit=100)
+        notes = _saved_session_notes(view)
         view.consume(notes[:2])
         view.consume(notes)  # a follower that read its batch before another applied some
         assert view.rows(COUNTS.name) == [{"name": "Session", "n": 3}]
@@ -198,10 +210,8 @@ class ViewRecorderContract:
 
     def test_a_row_the_view_cannot_make_is_passed_over_and_the_rest_applied(
             self, view: TrackedView) -> None:
-        view.app.save(a_session())
-        notes = view.app.recorder.select_notifications(start=1, limit=100)
-        failing = _FailingRow.__new__(_FailingRow)
-        vars(failing).update(vars(view))
+        notes = _saved_session_notes(view)
+        failing = _as(_FailingRow, view)
         failing.consume(notes)  # one batch: its one transaction cannot hold them all
         assert view.rows(COUNTS.name) == [{"name": "Session", "n": 2}]
         assert view.position() == notes[-1].id
@@ -210,18 +220,15 @@ class ViewRecorderContract:
 
     def test_a_batch_that_repeats_a_position_applies_it_once(
             self, view: TrackedView) -> None:
-        view.app.save(a_session())
-        notes = view.app.recorder.select_notifications(start=1, limit=100)
+        notes = _saved_session_notes(view)
         view.consume([notes[0], notes[1], notes[1], notes[2]])
         assert view.rows(COUNTS.name) == [{"name": "Session", "n": 3}]
         assert view.position() == notes[-1].id
 
     def test_a_store_read_that_fails_while_planning_is_not_passed_over(
             self, view: TrackedView) -> None:
-        view.app.save(a_session())
-        notes = view.app.recorder.select_notifications(start=1, limit=100)
-        reading = _FailingRead.__new__(_FailingRead)
-        vars(reading).update(vars(view))  # changes() reads the store, which fails once
+        notes = _saved_session_notes(view)
+        reading = _as(_FailingRead, view)  # changes() reads the store, which fails once
         with pytest.raises(OperationalError):
             reading.consume(notes)
         assert view.passed_over() == [] and view.position() == 0  # raised, to be tried again
@@ -230,10 +237,8 @@ class ViewRecorderContract:
 
     def test_a_row_the_table_refuses_is_kept_or_passed_over_never_lost(
             self, view: TrackedView) -> None:
-        view.app.save(a_session())
-        notes = view.app.recorder.select_notifications(start=1, limit=100)
-        keyless = _KeylessRow.__new__(_KeylessRow)
-        vars(keyless).update(vars(view))  # one event's row has no key (NULL)
+        notes = _saved_session_notes(view)
+        keyless = _as(_KeylessRow, view)  # one event's row has no key (NULL)
         keyless.consume(notes)
         assert view.position() == notes[-1].id
         kept = [r for r in view.rows(COUNTS.name) if r["name"] is None]
@@ -242,8 +247,7 @@ class ViewRecorderContract:
         assert {"name": "Session", "n": 2} in view.rows(COUNTS.name)
 
     def test_a_store_that_fails_is_not_passed_over(self, view: TrackedView) -> None:
-        view.app.save(a_session())
-        notes = view.app.recorder.select_notifications(start=1, limit=100)
+        notes = _saved_session_notes(view)
         view.consume(notes[:1])
         view.close()  # the view's database is gone from under it
         with pytest.raises(EventSourcingError):
