@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
 import msgspec
-from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.domain import Aggregate
+from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
+from eventsourcing.domain import Aggregate, BaseAggregate, DomainEvent
 from eventsourcing.persistence import MapperDeserialisationError, Recording
 from eventsourcing.utils import TopicError, get_topic
 
@@ -75,6 +75,24 @@ def project(aggregate: Any, events: Iterable[Any]) -> Any:
     return aggregate
 
 
+class _Collected(ProcessingEvent[uuid.UUID]):
+    """The library's :class:`ProcessingEvent`, telling events and aggregates apart by
+    their classes. The library checks each object against two runtime Protocols with
+    isinstance, about 20 µs apiece on Python 3.11, paid for each object of every save;
+    anything that is neither class is left to the library's check."""
+
+    def collect_events(self, *objs: Any, **kwargs: Any) -> None:
+        for obj in objs:
+            if isinstance(obj, DomainEvent):
+                self.events.append(obj)
+            elif isinstance(obj, BaseAggregate):
+                self.events.extend(obj.collect_events())
+                self.aggregates[obj.id] = obj
+            elif obj is not None:
+                super().collect_events(obj)
+        self.saved_kwargs.update(kwargs)
+
+
 SNAPSHOT_INTERVAL = 200
 """A session or forest is snapshotted at every this-many-th event, so loading one reads a
 snapshot and fewer than this many events however long it grew."""
@@ -110,6 +128,16 @@ class TetherApplication(Application[uuid.UUID]):
     def add_listener(self, listener: Callable[[int], None]) -> Callable[[], None]:
         """Call ``listener(max_notification_id)`` after each save; returns a remover."""
         return self._listeners.add(listener)
+
+    def save(self, *objs: Any, **kwargs: Any) -> list[Recording[uuid.UUID]]:
+        """The library's ``save`` (record, snapshot, notify), collecting with
+        :class:`_Collected`."""
+        processing_event = _Collected()
+        processing_event.collect_events(*objs, **kwargs)
+        recordings = self._record(processing_event)
+        self._take_snapshots(processing_event)
+        self._notify(recordings)
+        return recordings
 
     def _notify(self, recordings: list[Recording[uuid.UUID]]) -> None:
         ids = [r.notification.id for r in recordings if r.notification.id is not None]

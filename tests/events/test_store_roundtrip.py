@@ -222,6 +222,26 @@ def test_session_at_version_is_a_replay(app: TetherApplication) -> None:
     assert app.session("nope") is None
 
 
+def test_one_save_takes_aggregates_events_alone_and_none(app: TetherApplication) -> None:
+    """What the actors hand a save: aggregates (their pending events collected), events
+    collected before, and None; all are recorded in one save, in the order given."""
+    first = Session(session_id="s1", name="n", workspace="/ws", model="m", channel="c")
+    second = Session(session_id="s2", name="n", workspace="/ws", model="m", channel="c")
+    second.change_status(status="running", reason="r")
+    collected = second.collect_events()
+
+    recordings = app.save(None, first, *collected, first)
+
+    assert [type(r.domain_event).__name__ for r in recordings] == [
+        "Created", "Created", "StatusChanged"]
+    assert [r.domain_event.originator_id for r in recordings] == [
+        session_uuid("s1"), session_uuid("s2"), session_uuid("s2")]
+    assert first.collect_events() == []  # collected by the save, recorded once
+    assert app.session("s1") == first
+    loaded = app.session("s2")
+    assert loaded is not None and loaded.status == "running"
+
+
 def test_listeners_receive_max_notification_id_after_each_save(
     app: TetherApplication,
 ) -> None:
