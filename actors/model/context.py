@@ -29,15 +29,15 @@ from tether.actors.model.tokens import (
     estimate_message_tokens,
     estimate_request_tokens,
     estimate_tokens,
+    json_tokens,
 )
-from tether.actors.model.turns import json_text
 from tether.actors.ports import ModelRequest
 from tether.events.session import Turn
 
 __all__ = ["CHARS_PER_TOKEN", "DEFAULT_SYSTEM_PROMPT", "MESSAGE_OVERHEAD", "build_request",
            "clamp_max_tokens", "coalesce", "context_window", "estimate_history_tokens",
            "estimate_message_tokens", "estimate_request_tokens", "estimate_tokens",
-           "shape_messages", "to_api_messages"]
+           "json_tokens", "shape_messages", "to_api_messages"]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a coding agent working inside the user's workspace. Use the tools to read, "
@@ -71,8 +71,7 @@ def build_request(
     clamped to what the model and its window allow (:func:`clamp_max_tokens`; ``window``
     overrides the model table's when not 0)."""
     messages, history_tokens = shaped_history(history, KEEP_TURNS)
-    used = estimate_tokens(system) + history_tokens + sum(
-        estimate_tokens(json_text(tool)) for tool in tools)
+    used = estimate_tokens(system) + history_tokens + sum(json_tokens(tool) for tool in tools)
     return ModelRequest(
         model=model,
         system=system,

@@ -12,12 +12,13 @@ from typing import Any
 
 import msgspec
 
-from tether.actors.model.turns import blocks_of, json_text, result_text
+from tether.actors.model.turns import blocks_of, result_text
 from tether.events.messages import TextBlock, ToolResultBlock, ToolUseBlock
 from tether.events.session import Turn
 
 __all__ = ["CHARS_PER_TOKEN", "MESSAGE_OVERHEAD", "estimate_history_tokens",
-           "estimate_message_tokens", "estimate_request_tokens", "estimate_tokens"]
+           "estimate_message_tokens", "estimate_request_tokens", "estimate_tokens",
+           "json_tokens"]
 
 CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD = 4
@@ -29,11 +30,18 @@ def estimate_tokens(text: str) -> int:
     return (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
 
 
+def json_tokens(value: Any) -> int:
+    """The estimate of ``value`` as compact JSON text, as long as :func:`json_text`'s but
+    made by msgspec: a request's tool definitions and tool inputs are measured at each
+    model call, and the json module takes eight times as long."""
+    return estimate_tokens(msgspec.json.encode(value, enc_hook=str).decode())
+
+
 def _block_tokens(block: Any) -> int:
     if isinstance(block, TextBlock):
         return estimate_tokens(block.text)
     if isinstance(block, ToolUseBlock):
-        return estimate_tokens(block.name) + estimate_tokens(json_text(block.input))
+        return estimate_tokens(block.name) + json_tokens(block.input)
     if isinstance(block, ToolResultBlock):
         return estimate_tokens(block.content)
     if isinstance(block, dict):
@@ -41,12 +49,11 @@ def _block_tokens(block: Any) -> int:
         if kind == "text":
             return estimate_tokens(str(block.get("text", "")))
         if kind == "tool_use":
-            return estimate_tokens(str(block.get("name", ""))) + estimate_tokens(
-                json_text(block.get("input", {}))
-            )
+            return estimate_tokens(str(block.get("name", ""))) + json_tokens(
+                block.get("input", {}))
         if kind == "tool_result":
             return estimate_tokens(result_text(block.get("content", "")))
-    return estimate_tokens(json_text(msgspec.to_builtins(block)))
+    return json_tokens(msgspec.to_builtins(block))
 
 
 def estimate_message_tokens(message: Turn | dict[str, Any]) -> int:
@@ -68,5 +75,5 @@ def estimate_request_tokens(
     return (
         estimate_tokens(system)
         + estimate_history_tokens(messages)
-        + sum(estimate_tokens(json_text(tool)) for tool in tools)
+        + sum(json_tokens(tool) for tool in tools)
     )

@@ -33,6 +33,7 @@ from tether.actors.model.context import (
     estimate_message_tokens,
     estimate_request_tokens,
     estimate_tokens,
+    json_tokens,
     shape_messages,
     to_api_messages,
 )
@@ -43,7 +44,7 @@ from tether.actors.model.stale_results import (
     summarize_result,
     summarize_stale_results,
 )
-from tether.actors.model.turns import can_split_before, starts_turn, turn_numbers
+from tether.actors.model.turns import can_split_before, json_text, starts_turn, turn_numbers
 from tether.events.messages import TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from tether.events.session import Session, Turn
 
@@ -190,6 +191,20 @@ def test_estimate_request_tokens_counts_every_part() -> None:
     assert estimate_request_tokens("s" * 400, messages, []) == base + 100
     assert estimate_request_tokens("", messages, tools) > base + 100
     assert estimate_message_tokens(Turn("user", [])) == context.MESSAGE_OVERHEAD
+
+
+@pytest.mark.parametrize("value", [
+    {"name": "read_file", "input_schema": {"type": "object", "required": ["path"]}},
+    {"path": "café/naïve.txt", "lines": [1, 2.5, None, True], "big": 2**70},
+    {"text": 'quote " backslash \\ tab \t newline \n bell \x07'},
+    {1: "an int key", 1.5: "a float key"},
+    {None: "a None key"},
+    {"when": dt.date(2026, 11, 29)},  # what JSON has not, as its str
+    [],
+])
+def test_json_tokens_measures_json_text(value: Any) -> None:
+    """The estimate is the one of :func:`json_text`'s JSON, whichever encoder made it."""
+    assert json_tokens(value) == estimate_tokens(json_text(value))
 
 
 def test_clamp_max_tokens() -> None:
