@@ -331,9 +331,11 @@ def _check_new_call(blocks: dict[int, _Block], tool_id: str, name: str,
 
 
 def _call_ids(messages: Sequence[Mapping[str, Any]]) -> set[str]:
-    """The ids of the tool calls in ``messages`` (Messages API dicts)."""
+    """The ids of the tool calls in ``messages`` (Messages API dicts; only the assistant's
+    hold calls)."""
     return {str(block.get("id")) for message in messages
-            if isinstance(content := message.get("content"), list)
+            if message.get("role") == "assistant"
+            and isinstance(content := message.get("content"), list)
             for block in content
             if isinstance(block, dict) and block.get("type") == "tool_use"}
 
