@@ -32,8 +32,12 @@ lint: install  ## ruff and mypy
 	$(BIN)/ruff check actors events projections adapters tests bench
 	$(BIN)/mypy
 
-test: lint  ## lint, type-check and run the whole suite
-	$(BIN)/pytest -q
+# The suite's processes: most tests wait on servers, engines and processes, so two halve
+# its time on two cores (each worker its own NATS namespaces, schemas and folders).
+WORKERS ?= 2
+
+test: lint  ## lint, type-check and run the whole suite (in WORKERS processes, 2 by default)
+	$(BIN)/pytest -q -n $(WORKERS)
 
 test-fast: install  ## the edit-test loop: the tests that start no server, engine or process
 	$(BIN)/pytest -q -m "not slow"
