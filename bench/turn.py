@@ -143,17 +143,24 @@ class _Raw:
         self.calls = 2 if kind == "tool" else 1
         self.next = self.calls
         """The engine's next request to send again (its first turn is not timed)."""
+        self.sent: list[dict[str, Any]] = []
+        """The requests of the next turn (decoded before it is timed)."""
 
     def _call(self, body: dict[str, Any]) -> anthropic.types.Message:
         params = {k: v for k, v in body.items() if k != "stream"}
         with self.client.messages.stream(**params) as stream:
             return stream.get_final_message()
 
-    def turn(self) -> None:
-        sent = self.engine.requests[self.next:self.next + self.calls]
-        if len(sent) < self.calls:
-            raise RuntimeError("the engine has not made this turn's calls yet")
+    def prepare(self) -> None:
+        """Take the next turn's requests from the engine's stand-in (not timed)."""
+        try:
+            self.sent = [self.engine.request(i) for i in range(self.next, self.next + self.calls)]
+        except IndexError:
+            raise RuntimeError("the engine has not made this turn's calls yet") from None
         self.next += self.calls
+
+    def turn(self) -> None:
+        sent = self.sent
         reply = self._call(sent[0])
         if self.kind == "tool":
             assert reply.content[0].type == "tool_use"
@@ -165,13 +172,15 @@ class _Raw:
         self.llm.stop()
 
 
-def _alternate(tether: Callable[[], None], raw: Callable[[], None], n: int, pause: float
+def _alternate(tether: Callable[[], None], raw: _Raw, n: int, pause: float
                ) -> tuple[Stats, Stats]:
     samples: dict[str, list[int]] = {"tether": [], "raw": []}
     elapsed = {"tether": 0.0, "raw": 0.0}
+    sides = (("tether", tether, lambda: None), ("raw", raw.turn, raw.prepare))
     for start in range(0, n, BLOCK):
-        for side, run in (("tether", tether), ("raw", raw)):
+        for side, run, prepare in sides:
             for _ in range(min(BLOCK, n - start)):
+                prepare()
                 time.sleep(pause)
                 t0 = time.perf_counter_ns()
                 run()
@@ -199,7 +208,7 @@ def measure(url: str, n: int, pause: float = PAUSE) -> TurnResults:
                 direct = _Raw(kind, n, tmp, engine.llm)
                 try:
                     tether[case(kind, pace)], raw[case(kind, pace)] = _alternate(
-                        engine.turn, direct.turn, n, pause if pace == "settled" else 0.0)
+                        engine.turn, direct, n, pause if pace == "settled" else 0.0)
                 finally:
                     engine.close()
                     direct.close()

@@ -116,6 +116,12 @@ def test_requests_are_recorded(fake: FakeLLM) -> None:
     body["system"] = "be brief"
     _post(fake, body)
     assert fake.requests == [body]
+    assert fake.request(0) == fake.request(-1) == body
+    fake.requests[0]["system"] = "changed by a reader"
+    fake.request(0)["messages"].clear()
+    assert fake.requests == [body]  # each read is a copy: the record stays as received
+    with pytest.raises(IndexError):
+        fake.request(1)
 
 
 def test_match_selects_and_each_response_is_served_once() -> None:
