@@ -14,8 +14,13 @@ Contract details the SDK does not give for free:
 - ``ProviderError.transient`` is decided by the API's error type when the body names one
   (see :func:`is_transient`), else by the HTTP status; this matters for an ``error``
   event sent after HTTP 200, which the SDK raises as ``APIStatusError`` with status 200;
-- the request runs inside ``async with client.messages.stream(...)``, so cancelling the
-  consuming task (or closing the generator) closes the HTTP connection at once;
+- the request's body is encoded once, by msgspec, and handed to the SDK as bytes
+  (``client.post("/v1/messages", content=...)``): ``messages.create`` would deep-copy the
+  whole conversation and encode it with the json module at every call, which costs more
+  than the rest of the call once a session holds a few hundred messages; the SDK still
+  sends it (authentication, headers, retries) and parses the stream into its typed events;
+- the stream runs inside ``async with``, so cancelling the consuming task (or closing the
+  generator) closes the HTTP connection at once;
 - ``import anthropic`` takes seconds, so it happens on first use, not at import time;
 - the ``AsyncAnthropic`` client is created lazily, once per running event loop.
 """
@@ -50,6 +55,10 @@ __all__ = [
     "AnthropicProvider",
     "is_transient",
 ]
+
+_BODY = msgspec.json.Encoder()
+"""Encodes a request's body (the API's JSON); a value JSON cannot hold raises, and the
+call fails as a ``ProviderError``, as the SDK's own encoder would have it fail."""
 
 LOCAL_API_KEY = "local"
 """Placeholder key used against a local server (the SDK refuses to run without one)."""
@@ -178,6 +187,7 @@ class AnthropicProvider:
             "model": request.model,
             "max_tokens": request.max_tokens,
             "messages": request.messages,
+            "stream": True,
         }
         if request.system:
             params["system"] = request.system
@@ -199,7 +209,11 @@ class AnthropicProvider:
             # the whole message at every event (pydantic models), which costs more than
             # the call's own work on a short reply; the blocks are gathered here anyway.
             # Leaving the context (or cancelling the task in it) closes the connection.
-            async with await client.messages.create(stream=True, **params) as stream:
+            opened = client.post("/v1/messages", content=_BODY.encode(params),
+                                 cast_to=anthropic.types.Message, stream=True,
+                                 stream_cls=anthropic.AsyncStream[
+                                     anthropic.types.RawMessageStreamEvent])
+            async with await opened as stream:
                 async for event in stream:
                     kind = event.type
                     if kind == "message_start":

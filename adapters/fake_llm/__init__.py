@@ -44,8 +44,9 @@ reply ``(script exhausted)`` and counts it in :attr:`FakeLLM.exhausted`; with
 ``on_exhausted: error`` it answers HTTP 500 with an Anthropic-style error body (and
 ``x-should-retry: false`` so the SDK does not retry).
 
-Requests the real API would refuse (see :func:`request_problem`) get HTTP 400 and use up
-nothing. A scripted response the real API could not have given under the request's
+Requests the real API would refuse (see :func:`header_problem`: a JSON body and the
+``anthropic-version`` header; :func:`request_problem`: the conversation) get HTTP 400 and
+use up nothing. A scripted response the real API could not have given under the request's
 ``tool_choice`` (a tool_use block under ``{"type": "none"}``; none, or not the named tool,
 under ``any`` / ``tool``) is a script problem: HTTP 500 ``api_error`` with
 ``x-should-retry: false``, listed in :attr:`FakeLLM.script_errors`.
@@ -64,7 +65,11 @@ import signal
 import sys
 import threading
 
-from tether.adapters.fake_llm.checks import request_problem, tool_choice_problem
+from tether.adapters.fake_llm.checks import (
+    header_problem,
+    request_problem,
+    tool_choice_problem,
+)
 from tether.adapters.fake_llm.script import (
     DEFAULT_CHUNK,
     ERROR_STATUS,
@@ -95,6 +100,7 @@ __all__ = [
     "StreamErrorSpec",
     "ToolUseSpec",
     "UsageSpec",
+    "header_problem",
     "load_script",
     "main",
     "parse_script",

@@ -71,6 +71,19 @@ def _tool_choice_problem(body: dict[str, Any]) -> str | None:
     return None
 
 
+def header_problem(content_type: str | None, version: str | None) -> str | None:
+    """What the real Messages API would refuse in a request's headers, or None: the body
+    must be declared JSON (``Content-Type: application/json``) and the API's version named
+    (``anthropic-version``)."""
+    kind = (content_type or "").split(";", 1)[0].strip().lower()
+    if kind != "application/json":
+        sent = repr(kind) if kind else "none"
+        return f"Content-Type must be application/json, not {sent}"
+    if not version:
+        return "anthropic-version: header is required"
+    return None
+
+
 def request_problem(body: dict[str, Any]) -> str | None:
     """What the real Messages API would refuse in this request, or None.
 

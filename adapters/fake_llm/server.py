@@ -17,6 +17,7 @@ import msgspec
 import msgspec.yaml
 
 from tether.adapters.fake_llm.checks import (
+    header_problem,
     last_user_text,
     request_problem,
     tool_choice_problem,
@@ -334,6 +335,11 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         if path != "/v1/messages":
             self._send_json(404, _error_body("not_found_error", f"no route {self.path}"))
+            return
+        problem = header_problem(self.headers.get("Content-Type"),
+                                 self.headers.get("anthropic-version"))
+        if problem is not None:
+            self._send_json(400, _error_body("invalid_request_error", problem))
             return
         try:
             body = json.loads(raw or b"null")

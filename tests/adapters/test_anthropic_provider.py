@@ -169,6 +169,36 @@ def test_the_request_sent_is_recorded(fake: FakeLLM, provider: AnthropicProvider
     assert sent["stream"] is True
 
 
+def test_the_body_is_the_one_the_sdk_s_create_would_send(fake: FakeLLM,
+                                                         provider: AnthropicProvider) -> None:
+    """The provider encodes the body itself (msgspec) and hands the SDK the bytes: the
+    server receives, value for value, what ``messages.create(stream=True, ...)`` sends for
+    the same request, with the headers the SDK sends either way."""
+    import anthropic
+
+    request = ModelRequest(model="claude-test", system="You are a test. \u00e9\u6f22 \U0001f600",
+                           messages=_history_with_tool_blocks("and now? \"quoted\" \\ \u2028"),
+                           tools=TOOLS, max_tokens=512, tool_choice={"type": "auto"})
+    _collect(provider, request)
+
+    async def by_create() -> None:
+        async with anthropic.AsyncAnthropic(api_key="local", base_url=fake.base_url,
+                                            max_retries=0) as client:
+            stream = await client.messages.create(
+                stream=True, model=request.model, max_tokens=request.max_tokens,
+                messages=request.messages, system=request.system, tools=request.tools,
+                tool_choice=request.tool_choice)  # type: ignore[arg-type]
+            async with stream:
+                async for _ in stream:
+                    pass
+
+    asyncio.run(by_create())
+    ours, theirs = fake.requests
+    assert ours == theirs
+    assert list(ours) == ["model", "max_tokens", "messages", "stream", "system", "tools",
+                          "tool_choice"]
+
+
 def test_match_picks_the_response_for_the_conversation(
     fake: FakeLLM, provider: AnthropicProvider
 ) -> None:

@@ -18,6 +18,8 @@ import pytest
 from tether.adapters.fake_llm import EXHAUSTED_TEXT, FakeLLM, ScriptError, load_script, parse_script
 
 ROOT = Path(__file__).resolve().parents[2]
+HEADERS = {"Content-Type": "application/json", "anthropic-version": "2023-06-01"}
+"""What the SDK sends with every request, and the stand-in (as the API) requires."""
 
 TEXT_AND_TOOL = """
 responses:
@@ -32,7 +34,7 @@ responses:
 def _post(fake: FakeLLM, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", fake.port, timeout=10)
     try:
-        conn.request("POST", "/v1/messages", json.dumps(body), {"Content-Type": "application/json"})
+        conn.request("POST", "/v1/messages", json.dumps(body), HEADERS)
         resp = conn.getresponse()
         return resp.status, dict(resp.getheaders()), resp.read()
     finally:
@@ -283,6 +285,7 @@ def test_client_disconnect_mid_stream_is_noticed() -> None:
         body = json.dumps(_request()).encode()
         sock.sendall(
             b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"anthropic-version: 2023-06-01\r\n"
             b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
         )
         received = b""
@@ -312,7 +315,7 @@ def test_command_serves_until_interrupted(tmp_path: Path) -> None:
         assert url.startswith("http://127.0.0.1:")
         host, port = url.removeprefix("http://").split(":")
         conn = http.client.HTTPConnection(host, int(port), timeout=10)
-        conn.request("POST", "/v1/messages", json.dumps(_request()))
+        conn.request("POST", "/v1/messages", json.dumps(_request()), HEADERS)
         assert _text_of(_sse(conn.getresponse().read())) == "from the command"
         conn.close()
         proc.send_signal(signal.SIGINT)
@@ -378,6 +381,30 @@ def test_a_conversation_the_real_api_would_refuse_gets_a_400() -> None:
             assert status == 400
             error = json.loads(payload)["error"]
             assert error["type"] == "invalid_request_error" and expected in error["message"]
+        assert fake.requests == [] and fake.remaining == 1
+
+
+@pytest.mark.parametrize(("headers", "expected"), [
+    ({"anthropic-version": "2023-06-01"}, "Content-Type must be application/json, not none"),
+    ({"Content-Type": "text/plain", "anthropic-version": "2023-06-01"},
+     "Content-Type must be application/json, not 'text/plain'"),
+    ({"Content-Type": "application/json"}, "anthropic-version: header is required"),
+])
+def test_a_request_without_the_api_s_headers_gets_a_400(
+        headers: dict[str, str], expected: str) -> None:
+    """As the real API: a body not declared JSON, or without the API's version, is refused
+    and uses nothing up. (The SDK sends both; Tether hands it its own encoded body.)"""
+    with FakeLLM(parse_script("responses:\n  - blocks: [{text: never served}]\n")) as fake:
+        conn = http.client.HTTPConnection("127.0.0.1", fake.port, timeout=10)
+        try:
+            conn.request("POST", "/v1/messages", json.dumps(_request()), headers)
+            response = conn.getresponse()
+            status, payload = response.status, response.read()
+        finally:
+            conn.close()
+        assert status == 400
+        error = json.loads(payload)["error"]
+        assert error == {"type": "invalid_request_error", "message": expected}
         assert fake.requests == [] and fake.remaining == 1
 
 
