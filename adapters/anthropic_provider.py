@@ -18,7 +18,9 @@ Contract details the SDK does not give for free:
   (``client.post("/v1/messages", content=...)``): ``messages.create`` would deep-copy the
   whole conversation and encode it with the json module at every call, which costs more
   than the rest of the call once a session holds a few hundred messages; the SDK still
-  sends it (authentication, headers, retries) and parses the stream into its typed events;
+  sends it (authentication, headers, retries) and parses the stream into its typed events.
+  What ``create`` adds is left out: its OpenTelemetry span (and ``traceparent`` header)
+  and its warning for a deprecated model;
 - the stream runs inside ``async with``, so cancelling the consuming task (or closing the
   generator) closes the HTTP connection at once;
 - ``import anthropic`` takes seconds, so it happens on first use, not at import time;
@@ -57,8 +59,11 @@ __all__ = [
 ]
 
 _BODY = msgspec.json.Encoder()
-"""Encodes a request's body (the API's JSON); a value JSON cannot hold raises, and the
-call fails as a ``ProviderError``, as the SDK's own encoder would have it fail."""
+"""Encodes a request's body (the API's JSON). A value it cannot encode (a lone surrogate,
+a key that is not a string) fails the call as a ``ProviderError``, as the SDK's encoder
+did. NaN and infinity it writes as null, where the SDK's encoder refused them: none
+reaches a request (a model's tool input holding one is refused, :func:`_check_storable`;
+an MCP tool whose schema holds one is left out, ``mcp_tools.naming.not_json``)."""
 
 LOCAL_API_KEY = "local"
 """Placeholder key used against a local server (the SDK refuses to run without one)."""

@@ -1,10 +1,12 @@
 """How an MCP server's tools are named for the model: ``<server>__<tool>``, made valid,
-cut and hashed when too long, clashes settled (:func:`name_tools`). Pure."""
+cut and hashed when too long, clashes settled; a tool whose input schema JSON cannot carry
+is left out (:func:`name_tools`). Pure."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import re
 from collections.abc import Iterable
 from typing import Any, NamedTuple
@@ -69,8 +71,10 @@ class McpTool(NamedTuple):
 def name_tools(server: str, listed: Iterable[types.Tool]) -> dict[str, McpTool]:
     """The tools a server listed under their namespaced names (module docstring): names
     valid as they are first, so a changed name never takes one of theirs; a changed name
-    that is taken gets a hash (:func:`hashed_name`); what still clashes is left out.
-    Every change and omission is logged."""
+    that is taken gets a hash (:func:`hashed_name`); what still clashes is left out, and
+    so is a tool whose input schema holds NaN or infinity (:func:`not_json`; a client
+    may parse them from a server's reply, and the request would send them as null or
+    fail). Every change and omission is logged."""
     tools: dict[str, McpTool] = {}
     marked = [(not TOOL_NAME.match(f"{server}{SEPARATOR}{t.name}"), t) for t in listed]
     for changed, tool in sorted(marked, key=lambda pair: pair[0]):  # stable: list order kept
@@ -78,6 +82,12 @@ def name_tools(server: str, listed: Iterable[types.Tool]) -> dict[str, McpTool]:
         if name is None:
             log.warning("MCP server %s: a tool without a usable name (%r) is left out",
                         server, tool.name)
+            continue
+        unsendable = not_json(tool.inputSchema, "inputSchema")
+        if unsendable is not None:
+            log.warning("MCP server %s: tool %r is left out: its %s is not a number JSON "
+                        "can carry (NaN or infinity), so no request could define it",
+                        server, tool.name, unsendable)
             continue
         if changed and name in tools:
             name = hashed_name(name, tool.name)
@@ -89,6 +99,24 @@ def name_tools(server: str, listed: Iterable[types.Tool]) -> dict[str, McpTool]:
             log.info("MCP server %s: tool %r is offered as %s", server, tool.name, name)
         tools[name] = _define(server, name, tool)
     return tools
+
+
+def not_json(value: Any, path: str) -> str | None:
+    """Where in ``value`` (``path`` and the keys and indexes down to it) a float that JSON
+    cannot carry (NaN or infinity) lies; None if there is none."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, dict):
+        items: Iterable[tuple[Any, Any]] = value.items()
+    elif isinstance(value, list | tuple):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = not_json(item, f"{path}[{key!r}]" if isinstance(key, str) else f"{path}[{key}]")
+        if found is not None:
+            return found
+    return None
 
 
 def _define(server: str, name: str, tool: types.Tool) -> McpTool:

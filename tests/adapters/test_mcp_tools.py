@@ -37,7 +37,8 @@ from tether.adapters.config import (
     render_settings,
 )
 from tether.adapters.host import Host, known_secrets
-from tether.adapters.mcp_tools import McpTools, WithMcpTools, hashed_name, tool_name
+from tether.adapters.mcp_tools import McpTools, WithMcpTools, hashed_name, name_tools, tool_name
+from tether.adapters.mcp_tools.naming import not_json
 from tether.adapters.sandbox import Placeholders, Sandbox, probe
 from tether.adapters.tools import BuiltinTools
 from tether.adapters.tools.shell import Unconfined
@@ -202,6 +203,34 @@ def test_exact_names_win_and_long_names_are_shortened(
     assert f"tool 'a.b' is offered as {dotted}" in logged
     assert f"tool '{LONG_NAME}' is offered as {long}" in logged
     assert "left out" not in logged
+
+
+def test_a_tool_whose_schema_json_cannot_carry_is_left_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A server may write a schema's number as Infinity or NaN: not JSON, but the MCP
+    client parses it (as here, from a reply's text). No request could define that tool
+    (the provider's encoder would send null, the SDK's refused the call), so it is left
+    out and the log says where; the server's other tools stay."""
+    from mcp import types
+
+    caplog.set_level(logging.WARNING, logger="tether.adapters.mcp_tools")
+    listed = [types.Tool.model_validate_json(raw) for raw in (
+        '{"name": "bounded", "inputSchema": {"type": "object", "properties": '
+        '{"n": {"type": "number", "maximum": Infinity}}}}',
+        '{"name": "odd", "inputSchema": {"type": "object", "properties": '
+        '{"n": {"enum": [1, NaN]}}}}',
+        '{"name": "fine", "inputSchema": {"type": "object", "properties": '
+        '{"n": {"type": "number", "maximum": 1e308, "minimum": -0.0}}}}',
+    )]
+    assert list(name_tools("srv", listed)) == ["srv__fine"]
+    assert ("MCP server srv: tool 'bounded' is left out: its "
+            "inputSchema['properties']['n']['maximum'] is not a number JSON can carry"
+            in caplog.text)
+    assert "tool 'odd' is left out: its inputSchema['properties']['n']['enum'][1] is" in caplog.text
+    assert "'fine'" not in caplog.text
+    assert not_json([{"a": (1.5, -1e308)}, "inf", None], "x") is None
+    assert not_json([{"a": (1.5, float("-inf"))}], "x") == "x[0]['a'][1]"
 
 
 def test_a_result_that_breaks_its_output_schema_says_the_tool_ran(
